@@ -1,0 +1,27 @@
+"""jitkern: Triton kernels whose every binary is named, enumerated and warmed ahead."""
+
+from jitkern import keys
+from jitkern.kernel import (
+    JitKernel,
+    LaunchSpec,
+    TritonJitKernel,
+    WarmupMismatch,
+    kernel_launcher,
+    key_fields,
+    key_name,
+)
+from jitkern.warmup_inputs import TritonWarmupTensor, int_representative, is_aligned
+
+__all__ = [
+    "JitKernel",
+    "LaunchSpec",
+    "TritonJitKernel",
+    "TritonWarmupTensor",
+    "WarmupMismatch",
+    "int_representative",
+    "is_aligned",
+    "kernel_launcher",
+    "key_fields",
+    "key_name",
+    "keys",
+]

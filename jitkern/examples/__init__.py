@@ -1,0 +1,1 @@
+"""Kernels of jitkern's own, small enough to read in one sitting."""

@@ -1,0 +1,96 @@
+"""``out = alpha * x + y``: the smallest complete jitkern kernel.
+
+It shows every piece a kernel needs (key, dispatch, warmup keys, stand-in inputs,
+launcher, public function) and gives the CLI and tests something real to compile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import kernel_launcher, keys
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@triton.jit
+def _axpy_kernel(X_ptr, Y_ptr, Out_ptr, alpha, n_elements, BLOCK_SIZE: tl.constexpr):
+    # out[i] = alpha * x[i] + y[i], computed in float32
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(X_ptr + offsets, mask=mask).to(tl.float32)
+    y = tl.load(Y_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(Out_ptr + offsets, (alpha * x + y).to(Out_ptr.dtype.element_ty), mask=mask)
+
+
+class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
+    name = "jitkern.example.axpy"
+    kernel = _axpy_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        dtype: str
+        block_size: int
+        n_elements: int  # representative of Triton's integer class (1, 16, 17, ...)
+        aligned: bool  # all three tensors 16-byte aligned
+
+    def dispatch(self, *, dtype: torch.dtype, n_elements: int, aligned: bool, block_size: int) -> CompileKey:
+        return self.CompileKey(
+            dtype=str(dtype).removeprefix("torch."),
+            block_size=block_size,
+            n_elements=int_representative(n_elements),
+            aligned=aligned,
+        )
+
+    def get_warmup_keys(
+        self, *, dtypes: list[str], block_size: int = 1024, unaligned: bool = False
+    ) -> list[CompileKey]:
+        """Both integer classes of ``n_elements`` that real sizes fall in (>1, i32)."""
+        rows = keys.product(
+            dtype=[_DTYPES[name] for name in dtypes],
+            n_elements=[16, 17],
+            aligned=[True, False] if unaligned else [True],
+        )
+        return keys.unique_keys(lambda **row: self.dispatch(block_size=block_size, **row), rows)
+
+    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        dtype = _DTYPES[key.dtype]
+        tensor = TritonWarmupTensor(dtype, shape=(key.n_elements,), aligned=key.aligned)
+        return dict(x=tensor, y=tensor, out=tensor, alpha=1.5, block_size=key.block_size)
+
+    @kernel_launcher
+    def __call__(self, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
+        n_elements = x.numel()
+        aligned = is_aligned(x) and is_aligned(y) and is_aligned(out)
+        return LaunchSpec(
+            grid=(triton.cdiv(n_elements, block_size),),
+            kwargs=dict(
+                X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements, BLOCK_SIZE=block_size
+            ),
+            key=self.dispatch(dtype=x.dtype, n_elements=n_elements, aligned=aligned, block_size=block_size),
+            result=out,
+        )
+
+
+def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``alpha * x + y`` for contiguous tensors of one dtype and size."""
+    if x.dtype not in _DTYPES.values():
+        raise ValueError(f"x: dtype {x.dtype} not supported; use one of {sorted(_DTYPES)}")
+    if out is None:
+        out = torch.empty_like(x)
+    for name, tensor in (("y", y), ("out", out)):
+        if tensor.shape != x.shape or tensor.dtype != x.dtype or tensor.device != x.device:
+            raise ValueError(f"{name}: expected {x.dtype} {tuple(x.shape)} on {x.device}, got "
+                             f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
+    for name, tensor in (("x", x), ("y", y), ("out", out)):
+        if not tensor.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    if x.numel():
+        AxpyKernel()(x, y, out, alpha)
+    return out

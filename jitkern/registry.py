@@ -1,0 +1,51 @@
+"""Kernel classes by their stable names, and the modules that define them."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jitkern.kernel import JitKernel
+
+_kernel_classes: dict[str, type["JitKernel"]] = {}
+
+
+class UnknownKernel(KeyError):
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def register(cls: type["JitKernel"]) -> None:
+    """Called for every kernel class that sets ``name``; names are unique."""
+    existing = _kernel_classes.get(cls.name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise ValueError(f"kernel name {cls.name!r} is taken by {existing.__module__}.{existing.__qualname__}")
+    _kernel_classes[cls.name] = cls
+
+
+def import_modules(modules: list[str]) -> None:
+    """Import the modules that define the kernels a manifest names."""
+    for module in modules:
+        importlib.import_module(module)
+
+
+def get_kernel(name: str) -> "JitKernel":
+    """The kernel instance registered under ``name``."""
+    try:
+        return _kernel_classes[name]()
+    except KeyError:
+        known = ", ".join(sorted(_kernel_classes)) or "none (did the manifest list its modules?)"
+        raise UnknownKernel(f"unknown kernel {name!r}; registered: {known}") from None
+
+
+def kernel_names() -> list[str]:
+    return sorted(_kernel_classes)
+
+
+def kernel_of_jit_function(fn) -> "JitKernel | None":
+    """The registered kernel whose ``@triton.jit`` function is ``fn``, if any."""
+    for cls in _kernel_classes.values():
+        if getattr(cls, "kernel", None) is fn:
+            return cls()
+    return None

@@ -1,0 +1,61 @@
+"""Every jitkern setting, each tied to one ``JITKERN_*`` environment variable.
+
+Read once where they are used off the hot path; tests change them with ``scope``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, fields, replace
+
+GUARD_MODES = ("off", "warn", "error", "record")
+
+
+@dataclass(frozen=True)
+class Settings:
+    guard_mode: str = "off"
+    """JITKERN_GUARD: what a serve-time compile does (off / warn / error / record)."""
+    guard_record_file: str = "jitkern-unseen-keys.jsonl"
+    """JITKERN_GUARD_RECORD: where record mode appends keys nobody warmed."""
+    direct_launch: bool = True
+    """JITKERN_DIRECT_LAUNCH: launch warmed keys straight through their binary."""
+
+    @classmethod
+    def from_environment(cls) -> "Settings":
+        guard_mode = os.environ.get("JITKERN_GUARD", cls.guard_mode).strip().lower()
+        if guard_mode not in GUARD_MODES:
+            raise ValueError(f"JITKERN_GUARD={guard_mode!r}: expected one of {', '.join(GUARD_MODES)}")
+        return cls(
+            guard_mode=guard_mode,
+            guard_record_file=os.environ.get("JITKERN_GUARD_RECORD", cls.guard_record_file),
+            direct_launch=os.environ.get("JITKERN_DIRECT_LAUNCH", "1") not in ("0", "false", "no"),
+        )
+
+
+settings = Settings.from_environment()
+
+
+@contextlib.contextmanager
+def scope(**changes):
+    """Temporarily change settings (for tests): ``with scope(guard_mode="error"): ...``."""
+    global settings
+    known = {f.name for f in fields(Settings)}
+    unknown = set(changes) - known
+    if unknown:
+        raise TypeError(f"unknown settings: {sorted(unknown)}")
+    previous = settings
+    settings = replace(settings, **changes)
+    try:
+        yield settings
+    finally:
+        settings = previous
+
+
+def current() -> Settings:
+    return settings
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels on the CPU (fixed when kernels are decorated)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
