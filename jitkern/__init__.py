@@ -12,6 +12,10 @@ from jitkern.kernel import (
 )
 from jitkern.warmup_inputs import TritonWarmupTensor, int_representative, is_aligned
 
+from jitkern import guard as _guard
+
+_guard.install_from_environment()
+
 __all__ = [
     "JitKernel",
     "LaunchSpec",

@@ -45,10 +45,12 @@ class CompileOnlyDriver(DriverBase):
     def get_current_target(self) -> GPUTarget:
         return self.target
 
-    def get_current_device(self) -> int:
-        return 0
+    def get_current_device(self) -> str:
+        # Triton keeps its in-process binaries per device: a name per target keeps
+        # binaries of different targets (and of a real GPU) apart in one process.
+        return f"compile-only:{target_name(self.target)}"
 
-    def get_current_stream(self, device: int | None = None) -> int:
+    def get_current_stream(self, device: str | None = None) -> int:
         return 0
 
     def get_active_torch_device(self):

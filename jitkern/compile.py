@@ -1,0 +1,193 @@
+"""Compiling manifest keys: in this process or a pool of workers, for a local GPU or a
+named target, and checking that a cache already holds every key.
+
+A key's outcome is "compiled", "cached" (found in Triton's on-disk cache, or already in
+this process) or "failed". Triton writes every cache entry atomically and the group file
+last, so workers can share one cache directory, and a run that was interrupted leaves
+only whole entries behind: the next run finds them and compiles the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from jitkern import hooks, registry
+from jitkern.kernel import JitKernel, key_name
+from jitkern.targets import compile_only, parse_target, target_name
+
+COMPILED, CACHED, FAILED = "compiled", "cached", "failed"
+
+
+@dataclass(frozen=True)
+class CompileTask:
+    """One key to build: which kernel, which key, for which target (None: this GPU)."""
+
+    kernel_name: str
+    key: Any
+    target: str | None
+
+    def describe(self) -> str:
+        where = f" for {self.target}" if self.target else ""
+        return f"{self.kernel_name}[{key_name(self.key)}]{where}"
+
+
+@dataclass(frozen=True)
+class CompileOutcome:
+    task: CompileTask
+    status: str
+    seconds: float
+    error: str = ""
+
+
+def compile_task(task: CompileTask) -> CompileOutcome:
+    """Compile one key here; a compiler error becomes a failed outcome, not an exception."""
+    kernel = registry.get_kernel(task.kernel_name)
+    fresh_compiles: list[bool] = []
+
+    def on_compile(*, cache_hit: bool, **_: Any) -> None:
+        fresh_compiles.append(not cache_hit)
+
+    start = time.perf_counter()
+    try:
+        with _for_target(task.target), hooks.watching(on_compile=on_compile):
+            kernel.compile(task.key)
+    except Exception as error:  # the compiler's message is the useful part
+        return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
+    status = COMPILED if any(fresh_compiles) else CACHED
+    return CompileOutcome(task, status, time.perf_counter() - start)
+
+
+def compile_tasks(
+    tasks: list[CompileTask],
+    jobs: int,
+    modules: list[str],
+    on_outcome: Callable[[CompileOutcome], None] = lambda outcome: None,
+) -> list[CompileOutcome]:
+    """Compile every task, with ``jobs`` worker processes when ``jobs > 1``."""
+    if jobs <= 1 or len(tasks) <= 1:
+        outcomes = []
+        for task in tasks:
+            outcomes.append(compile_task(task))
+            on_outcome(outcomes[-1])
+        return outcomes
+    by_task: dict[CompileTask, CompileOutcome] = {}
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(tasks)),
+        mp_context=_worker_context(tasks),
+        initializer=registry.import_modules,
+        initargs=(modules,),
+    ) as pool:
+        futures = {pool.submit(compile_task, task): task for task in tasks}
+        for future in as_completed(futures):
+            outcome = future.result()
+            by_task[futures[future]] = outcome
+            on_outcome(outcome)
+    return [by_task[task] for task in tasks]
+
+
+def _worker_context(tasks: list[CompileTask]):
+    """Fork when every task is for a named target (no GPU state to inherit), else spawn."""
+    if all(task.target for task in tasks) and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+@contextlib.contextmanager
+def _for_target(target: str | None) -> Iterator[None]:
+    if target is None:
+        yield
+    else:
+        with compile_only(parse_target(target)):
+            yield
+
+
+def _one_error(error: Exception) -> str:
+    lines = [line for line in traceback.format_exception_only(type(error), error) if line.strip()]
+    return "".join(lines).strip()
+
+
+# --- checking a cache without compiling -------------------------------------------
+
+
+class _Probe(Exception):
+    """Raised from Triton's cache-miss hook to stop it after we learned the cache key."""
+
+    def __init__(self, present: bool):
+        self.present = present
+
+
+def is_cached(kernel: JitKernel, key: Any, target: str | None) -> bool:
+    """Whether Triton's cache holds ``key``'s binary for ``target``; compiles nothing.
+
+    Runs the kernel's warmup through Triton's own binding and specialisation, and stops
+    it in the cache-miss hook: there Triton hands over the signature, constants and
+    options it would compile with, from which the on-disk cache key follows exactly as
+    ``triton.compile`` computes it.
+    """
+    with _for_target(target), hooks.watching(on_cache_miss=_probe_cache), _fresh_in_process_cache(kernel):
+        try:
+            kernel.compile(key)
+        except _Probe as probe:
+            return probe.present
+    return True  # the hook never fired: nothing to compile (e.g. under the interpreter)
+
+
+def _probe_cache(*, fn, compile, **_: Any) -> None:
+    raise _Probe(_cache_has(fn.jit_function, compile))
+
+
+def _cache_has(jit_function, compile: dict) -> bool:
+    """Mirror ``triton.compile``'s cache lookup for what the hook says it would build."""
+    from triton.compiler.compiler import ASTSource, get_cache_invalidating_env_vars, make_backend
+    from triton.runtime.cache import get_cache_key, get_cache_manager
+    from triton.runtime.driver import driver
+
+    backend = make_backend(driver.active.get_current_target())
+    options = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in json.loads(compile["specialization_data"])["options"].items()
+    }
+    src = ASTSource(jit_function, compile["signature"], compile["constants"], compile["configs"][0])
+    options = backend.parse_options(dict(options, **src.parse_options()))
+    cache_key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
+    cache = get_cache_manager(hashlib.sha256(cache_key.encode("utf-8")).hexdigest())
+    return cache.get_group(f"{src.name[:150]}.json") is not None
+
+
+@contextlib.contextmanager
+def _fresh_in_process_cache(kernel: JitKernel) -> Iterator[None]:
+    """Hide the kernel's in-process binaries so the probe always reaches the cache."""
+    jit_function = getattr(kernel, "kernel", None)
+    if jit_function is None or not hasattr(jit_function, "device_caches"):
+        yield
+        return
+    saved = jit_function.device_caches
+    from collections import defaultdict
+
+    jit_function.device_caches = defaultdict(jit_function.create_binder)
+    try:
+        yield
+    finally:
+        jit_function.device_caches = saved
+
+
+def tasks_for(entries: Iterable[tuple[str, Any]], targets: list[str | None]) -> list[CompileTask]:
+    """One task per (kernel, key) and target, duplicates dropped, order kept."""
+    return list(dict.fromkeys(CompileTask(name, key, target) for target in targets for name, key in entries))
+
+
+def default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "is_cached", "tasks_for",
+           "target_name", "default_jobs", "COMPILED", "CACHED", "FAILED"]

@@ -1,0 +1,106 @@
+"""Watching compiles in a serving process.
+
+Once serving starts, a launch that misses the binaries warmup loaded means a compile
+(or a cache load) on somebody's request. The guard sees each one through Triton's
+hooks and, by mode: ``off`` ignores it, ``warn`` warns, ``error`` raises
+``ServeTimeCompile`` before anything compiles, ``record`` appends the key to a JSON-lines
+file whose lines are ready to paste into a manifest's ``keys``. Explicit warmups
+(``kernel.compile``, the CLI) are never flagged.
+
+Set the mode in code (``jitkern.guard.set_mode("error")``) or with ``JITKERN_GUARD``;
+``JITKERN_GUARD_RECORD`` names the record file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+from jitkern import hooks, registry, settings
+from jitkern.kernel import active_launch, key_fields, key_name
+
+
+class ServeTimeCompile(RuntimeError):
+    """A launch at serve time needed a binary that warmup did not load."""
+
+
+class ServeTimeCompileWarning(RuntimeWarning):
+    pass
+
+
+_state: dict[str, Any] = {"mode": "off", "record_file": None}
+_recorded: set[tuple[str, str]] = set()
+_lock = threading.Lock()
+
+
+def set_mode(mode: str, record_file: str | Path | None = None) -> None:
+    """Turn the guard to ``off``, ``warn``, ``error`` or ``record``."""
+    if mode not in settings.GUARD_MODES:
+        raise ValueError(f"guard mode {mode!r}: expected one of {', '.join(settings.GUARD_MODES)}")
+    _state["mode"] = mode
+    _state["record_file"] = Path(record_file or settings.current().guard_record_file)
+    if mode == "off":
+        hooks.remove_watchers(on_cache_miss=_on_cache_miss)
+    elif _on_cache_miss not in hooks._cache_miss_watchers:
+        hooks.add_watchers(on_cache_miss=_on_cache_miss)
+
+
+def mode() -> str:
+    return _state["mode"]
+
+
+def install_from_environment() -> None:
+    """Apply ``JITKERN_GUARD`` (called on ``import jitkern``; off costs nothing)."""
+    configured = settings.current()
+    if configured.guard_mode != "off":
+        set_mode(configured.guard_mode, configured.guard_record_file)
+
+
+def describe_miss(fn: Any, is_warmup: bool = False) -> tuple[str, dict[str, Any] | None]:
+    """What missed, in words, and the manifest entry that would have covered it."""
+    kernel = active_launch.kernel or registry.kernel_of_jit_function(getattr(fn, "jit_function", None))
+    if kernel is None or active_launch.key is None:
+        name = getattr(fn, "name", None) or repr(fn)
+        return f"Triton kernel {name} (not launched through a jitkern kernel)", None
+    entry = {"kernel": kernel.name, "keys": [key_fields(active_launch.key)]}
+    return f"{kernel.name}[{key_name(active_launch.key)}]", entry
+
+
+def _on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:
+    if is_manual_warmup:
+        return
+    what, entry = describe_miss(fn)
+    covering = f"; a manifest entry covering it: {json.dumps(entry)}" if entry else ""
+    message = f"serve-time compile of {what}{covering}"
+    current = _state["mode"]
+    if current == "error":
+        raise ServeTimeCompile(message)
+    if current == "warn":
+        warnings.warn(message, ServeTimeCompileWarning, stacklevel=2)
+    elif current == "record" and entry is not None:
+        _record(entry)
+
+
+def _record(entry: dict[str, Any]) -> None:
+    line = json.dumps({"kernel": entry["kernel"], "key": entry["keys"][0]}, sort_keys=True)
+    with _lock:
+        if (entry["kernel"], line) in _recorded:
+            return
+        _recorded.add((entry["kernel"], line))
+        with open(_state["record_file"], "a") as record:
+            record.write(line + "\n")
+
+
+def recorded_entries(record_file: str | Path) -> list[dict[str, Any]]:
+    """Turn a record file into manifest ``kernels`` entries, one per kernel."""
+    keys: dict[str, list[dict[str, Any]]] = {}
+    for line in Path(record_file).read_text().splitlines():
+        if line.strip():
+            item = json.loads(line)
+            found = keys.setdefault(item["kernel"], [])
+            if item["key"] not in found:
+                found.append(item["key"])
+    return [{"kernel": kernel, "keys": found} for kernel, found in keys.items()]
