@@ -49,9 +49,6 @@ class _ActiveLaunch(threading.local):
 
 active_launch = _ActiveLaunch()
 
-launch_observers: list[Callable[["TritonJitKernel", LaunchSpec], None]] = []
-"""Called with every launch's kernel and spec (``jitkern.testing.record_launches``)."""
-
 
 def key_name(key: Any) -> str:
     """A stable, readable name of a compile key: ``head_size=1024,block_size=4``."""
@@ -150,8 +147,6 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return type(self).__call__.launch_spec(self, **inputs)
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
-        for observe in launch_observers:
-            observe(self, spec)
         active_launch.kernel, active_launch.key = self, spec.key
         try:
             self.kernel.run(grid=spec.grid, warmup=False, **spec.kwargs)

@@ -1,9 +1,14 @@
 """Test helpers: prove that launches hit warmed binaries.
 
-``assert_no_compile()`` fails (on exit) if anything inside it compiled afresh or a
-launch missed the binaries already in the process, naming kernel and key.
-``record_launches()`` collects every launch's kernel and ``LaunchSpec``, so tests can
-check the keys serving uses against the keys a manifest enumerates.
+- ``assert_no_compile()`` fails (on exit) if anything inside it compiled afresh or a
+  launch missed the binaries already in the process, naming kernel and key.
+- ``record_launches()`` collects every launch's kernel and ``LaunchSpec``, optionally
+  without running anything (``dry_run``), so tests can compare the keys serving uses
+  with the keys a manifest enumerates.
+- ``uncovered_by_warmup()`` checks the same at Triton's level: the binary a real launch
+  would look up is one warmup built.
+- ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
+  nothing (for testing hooks and launch paths in CI).
 
 Also a pytest plugin (entry point ``jitkern``): the fixture ``assert_no_compile`` runs
 the test body inside ``assert_no_compile()``.
@@ -18,7 +23,8 @@ import pytest
 
 from jitkern import hooks
 from jitkern.guard import describe_miss
-from jitkern.kernel import LaunchSpec, TritonJitKernel, launch_observers
+from jitkern.kernel import LaunchSpec, TritonJitKernel
+from jitkern.targets import CompileOnlyDriver
 
 
 class UnexpectedCompile(AssertionError):
@@ -49,27 +55,109 @@ def assert_no_compile() -> Iterator[list[str]]:
 
 
 @contextlib.contextmanager
-def record_launches() -> Iterator[list[tuple[TritonJitKernel, LaunchSpec]]]:
-    """Collect ``(kernel, spec)`` for every launch made inside the block."""
+def record_launches(dry_run: bool = False) -> Iterator[list[tuple[TritonJitKernel, LaunchSpec]]]:
+    """Collect ``(kernel, spec)`` for every launch inside the block; launch nothing if ``dry_run``."""
     launches: list[tuple[TritonJitKernel, LaunchSpec]] = []
+    launch = TritonJitKernel.launch
 
-    def observe(kernel: TritonJitKernel, spec: LaunchSpec) -> None:
+    def recording_launch(kernel: TritonJitKernel, spec: LaunchSpec) -> None:
         launches.append((kernel, spec))
+        if not dry_run:
+            launch(kernel, spec)
 
-    launch_observers.append(observe)
+    TritonJitKernel.launch = recording_launch
     try:
         yield launches
     finally:
-        launch_observers.remove(observe)
+        TritonJitKernel.launch = launch
 
 
 def missing_from(launches, keys_by_kernel: dict[str, list[Any]]) -> list[str]:
     """Launches whose key no manifest enumerates, described for an assertion message."""
-    missing = []
-    for kernel, spec in launches:
-        if spec.key not in set(keys_by_kernel.get(kernel.name, ())):
-            missing.append(kernel.describe(spec.key))
+    known = {name: set(keys) for name, keys in keys_by_kernel.items()}
+    missing = [kernel.describe(spec.key) for kernel, spec in launches if spec.key not in known.get(kernel.name, ())]
     return list(dict.fromkeys(missing))
+
+
+def triton_lookup_key(kernel: TritonJitKernel, spec: LaunchSpec) -> str:
+    """The key under which Triton looks up this launch's binary in the process."""
+    import triton
+    from triton.runtime.driver import driver
+    from triton.runtime.jit import compute_cache_key
+
+    jit_function = kernel.kernel
+    kwargs = dict(spec.kwargs)
+    kwargs["debug"] = kwargs.get("debug", jit_function.debug) or triton.knobs.runtime.debug
+    kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
+    kernel_cache, key_cache, _target, _backend, binder = jit_function.device_caches[driver.active.get_current_device()]
+    _bound, specialization, options = binder(**kwargs)
+    return compute_cache_key(key_cache, specialization, options)
+
+
+def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[Any]]) -> list[str]:
+    """Launches whose Triton binary is not among those that warming the keys built.
+
+    Compiles every key of each launched kernel (use under ``compile_only(target)``),
+    then asks Triton which binary each recorded launch would look up.
+    """
+    from triton.runtime.driver import driver
+
+    uncovered = []
+    warmed: dict[str, set[str]] = {}
+    for kernel, spec in launches:
+        if kernel.name not in warmed:
+            device = driver.active.get_current_device()
+            jit_function = kernel.kernel
+            jit_function.device_caches.pop(device, None)  # only what warmup builds below
+            for key in keys_by_kernel.get(kernel.name, ()):
+                kernel.compile(key)
+            warmed[kernel.name] = set(jit_function.device_caches[device][0])
+        if triton_lookup_key(kernel, spec) not in warmed[kernel.name]:
+            uncovered.append(f"{kernel.describe(spec.key)} with Triton key {triton_lookup_key(kernel, spec)}")
+    return list(dict.fromkeys(uncovered))
+
+
+class _DryRunUtils:
+    """What Triton asks a GPU driver when it loads a binary, answered for an H100/H200."""
+
+    @staticmethod
+    def get_device_properties(device):
+        return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32}
+
+    @staticmethod
+    def load_binary(name, kernel, shared, device):
+        return 0, 0, 32, 0, 1024  # module, function, registers, spills, max threads
+
+
+class DryRunDriver(CompileOnlyDriver):
+    """Compiles for its target and 'launches' by calling Triton's launch hooks only."""
+
+    utils = _DryRunUtils()
+
+    def launcher_cls(self, src, metadata):
+        def launch(grid_0, grid_1, grid_2, stream, function, packed_metadata, launch_metadata,
+                   enter_hook, exit_hook, *args):
+            if enter_hook is not None:
+                enter_hook(launch_metadata)
+            if exit_hook is not None:
+                exit_hook(launch_metadata)
+
+        return launch
+
+
+@contextlib.contextmanager
+def dry_run_gpu(target: str = "cuda:90") -> Iterator[None]:
+    """Within the block Triton compiles for ``target`` and launches nothing."""
+    from triton.runtime import driver
+
+    from jitkern.targets import parse_target
+
+    previous = driver._active
+    driver.set_active(DryRunDriver(parse_target(target)))
+    try:
+        yield
+    finally:
+        driver._active = previous
 
 
 @pytest.fixture(name="assert_no_compile")

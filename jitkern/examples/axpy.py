@@ -38,42 +38,62 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
         dtype: str
         block_size: int
         n_elements: int  # representative of Triton's integer class (1, 16, 17, ...)
-        aligned: bool  # all three tensors 16-byte aligned
+        x_aligned: bool  # Triton specialises each pointer on 16-byte alignment
+        y_aligned: bool
+        out_aligned: bool
 
-    def dispatch(self, *, dtype: torch.dtype, n_elements: int, aligned: bool, block_size: int) -> CompileKey:
+    def dispatch(
+        self, *, dtype: torch.dtype, n_elements: int, block_size: int, x_aligned: bool, y_aligned: bool,
+        out_aligned: bool
+    ) -> CompileKey:
         return self.CompileKey(
             dtype=str(dtype).removeprefix("torch."),
             block_size=block_size,
             n_elements=int_representative(n_elements),
-            aligned=aligned,
+            x_aligned=x_aligned,
+            y_aligned=y_aligned,
+            out_aligned=out_aligned,
         )
 
     def get_warmup_keys(
-        self, *, dtypes: list[str], block_size: int = 1024, unaligned: bool = False
+        self, *, dtypes: list[str], block_sizes: list[int] = [1024], unaligned: bool = False  # noqa: B006
     ) -> list[CompileKey]:
-        """Both integer classes of ``n_elements`` that real sizes fall in (>1, i32)."""
+        """The three integer classes of ``n_elements`` real sizes fall in (1, i32 by 16, other i32);
+        with ``unaligned``, every mix of aligned and unaligned views too."""
+        unknown = sorted(set(dtypes) - set(_DTYPES))
+        if unknown:
+            raise ValueError(f"dtypes: {unknown} not supported; use {sorted(_DTYPES)}")
         rows = keys.product(
             dtype=[_DTYPES[name] for name in dtypes],
-            n_elements=[16, 17],
-            aligned=[True, False] if unaligned else [True],
+            block_size=block_sizes,
+            n_elements=[1, 16, 17],
+            x_aligned=[True, False] if unaligned else [True],
+            y_aligned=[True, False] if unaligned else [True],
+            out_aligned=[True, False] if unaligned else [True],
         )
-        return keys.unique_keys(lambda **row: self.dispatch(block_size=block_size, **row), rows)
+        return keys.unique_keys(self.dispatch, rows)
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        dtype = _DTYPES[key.dtype]
-        tensor = TritonWarmupTensor(dtype, shape=(key.n_elements,), aligned=key.aligned)
-        return dict(x=tensor, y=tensor, out=tensor, alpha=1.5, block_size=key.block_size)
+        def stand_in(aligned: bool) -> TritonWarmupTensor:
+            return TritonWarmupTensor(_DTYPES[key.dtype], shape=(key.n_elements,), aligned=aligned)
+
+        return dict(
+            x=stand_in(key.x_aligned), y=stand_in(key.y_aligned), out=stand_in(key.out_aligned),
+            alpha=1.5, block_size=key.block_size,
+        )
 
     @kernel_launcher
     def __call__(self, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
         n_elements = x.numel()
-        aligned = is_aligned(x) and is_aligned(y) and is_aligned(out)
         return LaunchSpec(
             grid=(triton.cdiv(n_elements, block_size),),
             kwargs=dict(
                 X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements, BLOCK_SIZE=block_size
             ),
-            key=self.dispatch(dtype=x.dtype, n_elements=n_elements, aligned=aligned, block_size=block_size),
+            key=self.dispatch(
+                dtype=x.dtype, n_elements=n_elements, block_size=block_size,
+                x_aligned=is_aligned(x), y_aligned=is_aligned(y), out_aligned=is_aligned(out),
+            ),
             result=out,
         )
 

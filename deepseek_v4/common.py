@@ -1,0 +1,120 @@
+"""What the store and the compressor share: the two ratios' layouts, dtypes, PDL.
+
+The table of ``spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
+validation and the kernels' launchers cannot disagree on a width or a block size.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from jitkern.settings import interpreting
+
+
+@dataclass(frozen=True)
+class RatioLayout:
+    """One row of the spec's table: how a compression ratio lays out its states."""
+
+    ratio: int
+    overlap: bool  # ratio 4: a token's first half serves the next window
+    block_size: int  # rows per block of the paged state cache
+
+    def state_width(self, head_dim: int) -> int:
+        """``W``: the width of one half of a state row (``[kv (W) | score + ape (W)]``)."""
+        return (2 if self.overlap else 1) * head_dim
+
+
+LAYOUTS = {4: RatioLayout(ratio=4, overlap=True, block_size=4), 128: RatioLayout(ratio=128, overlap=False, block_size=8)}
+
+FLOAT_DTYPE = torch.float32
+INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+
+# The interpreter cannot run the grid-dependency instructions (inline PTX); it has no
+# grid to wait on either. Fixed when the kernels are decorated, so read once.
+GDC_AVAILABLE = not interpreting()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def layout_of(compress_ratio: Any) -> RatioLayout:
+    """The layout of ``compress_ratio``; anything but 4 or 128 is a ``ValueError``."""
+    layout = LAYOUTS.get(compress_ratio) if isinstance(compress_ratio, int) else None
+    if layout is None:
+        raise ValueError(f"compress_ratio: must be one of {sorted(LAYOUTS)}, got {compress_ratio!r}")
+    return layout
+
+
+def index_dtype_names(names: list[str]) -> list[torch.dtype]:
+    """Manifest index dtype names -> dtypes; an unknown name is a ``ValueError``."""
+    unknown = [name for name in names if name not in INDEX_DTYPES]
+    if unknown:
+        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES)}")
+    return [INDEX_DTYPES[name] for name in names]
+
+
+def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
+    """Whether to launch with programmatic dependent launch.
+
+    ``pdl_kwargs`` is what an engine passes along (``{"launch_pdl": True}`` or empty).
+    PDL needs Hopper (sm_90) or newer; elsewhere (older GPUs, the CPU interpreter) the
+    request is dropped rather than failing, so one engine config runs everywhere.
+    """
+    if not pdl_kwargs:
+        return False
+    unknown = set(pdl_kwargs) - {"launch_pdl"}
+    if unknown:
+        raise ValueError(f"pdl_kwargs: unknown options {sorted(unknown)}; only 'launch_pdl' is accepted")
+    return bool(pdl_kwargs.get("launch_pdl", False)) and _supports_pdl(device)
+
+
+def _supports_pdl(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability_major(index) >= 9
+
+
+@functools.cache
+def _capability_major(index: int) -> int:
+    """Cached: asking the driver on every launch would cost host time on the hot path."""
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def check_index_tensor(name: str, tensor: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    """A 1-D, contiguous integer tensor of an allowed dtype."""
+    _check_tensor(name, tensor)
+    if tensor.dtype not in allowed:
+        raise ValueError(f"{name}: dtype must be one of {[dtype_name(d) for d in allowed]}, got {dtype_name(tensor.dtype)}")
+    if tensor.dim() != 1 or (tensor.numel() > 1 and tensor.stride(0) != 1):
+        raise ValueError(f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}")
+
+
+def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
+    """A float32 tensor of ``dim`` dimensions whose last dimension is contiguous."""
+    _check_tensor(name, tensor)
+    if tensor.dtype != FLOAT_DTYPE:
+        raise ValueError(f"{name}: dtype must be float32, got {dtype_name(tensor.dtype)}")
+    if tensor.dim() != dim:
+        raise ValueError(f"{name}: must have {dim} dimensions, got shape {tuple(tensor.shape)}")
+    if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
+        raise ValueError(f"{name}: last dimension must be contiguous, got strides {tensor.stride()}")
+
+
+def check_same_device(**tensors: torch.Tensor) -> torch.device:
+    devices = {name: tensor.device for name, tensor in tensors.items()}
+    first = next(iter(devices.values()))
+    for name, device in devices.items():
+        if device != first:
+            raise ValueError(f"{name}: on {device}, expected {first} like the other inputs")
+    return first
+
+
+def _check_tensor(name: str, tensor: Any) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")

@@ -1,0 +1,407 @@
+"""The window compressor: each closed window's rows -> one float32 compressed entry.
+
+A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is,
+per dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``
+(``spec/deepseek-v4-compressor.md``). The rows are read from the paged state cache that
+``save_partial_states`` wrote, through the request's block table. One program per
+token; tokens that close no window exit at once and leave their output row untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import kernel_launcher, keys
+from deepseek_v4.common import (
+    FLOAT_DTYPE,
+    GDC_AVAILABLE,
+    INDEX_DTYPES,
+    LAYOUTS,
+    check_float_tensor,
+    check_index_tensor,
+    check_same_device,
+    dtype_name,
+    index_dtype_names,
+    layout_of,
+    resolve_pdl,
+)
+
+_INDEX_DTYPES = tuple(INDEX_DTYPES.values())
+_TILE_ELEMENTS = 8192  # rows x BLOCK_D loaded per step: 64 floats per thread at 4 warps
+
+
+@triton.jit(do_not_specialize_on_alignment=["BlockTable_ptr", "Positions_ptr", "ReqIdx_ptr"])
+def _compress_windows_kernel(
+    State_ptr,
+    state_block_stride,
+    state_row_stride,
+    BlockTable_ptr,
+    block_table_row_stride,
+    Positions_ptr,
+    ReqIdx_ptr,
+    Out_ptr,
+    out_row_stride,
+    HEAD_DIM: tl.constexpr,
+    STATE_WIDTH: tl.constexpr,
+    COMPRESS_RATIO: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    # Token i at position p, (p + 1) % R == 0, request r; row(q) = state row of slot
+    #   block_table[r, q // BLOCK_SIZE] * BLOCK_SIZE + q % BLOCK_SIZE, laid out [kv (W) | s (W)]:
+    #   current rows  q = p-R+1 .. p,   columns c = (HEAD_DIM if OVERLAP else 0) + d
+    #   previous rows q = p-2R+1 .. p-R (OVERLAP only), columns c = d, weight 0 where q < 0
+    #   out[i, d] = sum_q exp(s_q[c] - m[d]) * kv_q[c] / sum_q exp(s_q[c] - m[d]),  m[d] = max_q s_q[c]
+    token = tl.program_id(0).to(tl.int64)
+    if USE_GDC:
+        # Launched with PDL: the store before us must have finished writing the rows.
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    p = tl.load(Positions_ptr + token).to(tl.int64)
+    if (p + 1) % COMPRESS_RATIO != 0:
+        return
+    table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
+    j = tl.arange(0, COMPRESS_RATIO)
+
+    q_cur = p - COMPRESS_RATIO + 1 + j  # all >= 0: p + 1 >= R
+    block_cur = tl.load(table + q_cur // BLOCK_SIZE).to(tl.int64)
+    rows_cur = block_cur * state_block_stride + (q_cur % BLOCK_SIZE) * state_row_stride
+    if OVERLAP:
+        q_prev = q_cur - COMPRESS_RATIO
+        valid_prev = q_prev >= 0
+        block_prev = tl.load(table + q_prev // BLOCK_SIZE, mask=valid_prev, other=0).to(tl.int64)
+        rows_prev = block_prev * state_block_stride + (q_prev % BLOCK_SIZE) * state_row_stride
+        CUR_COL: tl.constexpr = HEAD_DIM
+    else:
+        CUR_COL: tl.constexpr = 0
+
+    out_row = Out_ptr + token * out_row_stride
+    for d0 in range(0, HEAD_DIM, BLOCK_D):
+        d = d0 + tl.arange(0, BLOCK_D)
+        d_mask = (d < HEAD_DIM)[None, :]
+        cur = State_ptr + rows_cur[:, None] + CUR_COL + d[None, :]
+        s_cur = tl.load(cur + STATE_WIDTH, mask=d_mask, other=0.0)
+        kv_cur = tl.load(cur, mask=d_mask, other=0.0)
+        m = tl.max(s_cur, axis=0)
+        if OVERLAP:
+            prev = State_ptr + rows_prev[:, None] + d[None, :]
+            prev_mask = valid_prev[:, None] & d_mask
+            s_prev = tl.load(prev + STATE_WIDTH, mask=prev_mask, other=float("-inf"))
+            kv_prev = tl.load(prev, mask=prev_mask, other=0.0)
+            m = tl.maximum(m, tl.max(s_prev, axis=0))
+        e_cur = tl.exp(s_cur - m[None, :])
+        num = tl.sum(e_cur * kv_cur, axis=0)
+        den = tl.sum(e_cur, axis=0)
+        if OVERLAP:
+            e_prev = tl.exp(s_prev - m[None, :])  # exp(-inf) = 0: rows before position 0
+            num += tl.sum(e_prev * kv_prev, axis=0)
+            den += tl.sum(e_prev, axis=0)
+        tl.store(out_row + d, num / den, mask=d < HEAD_DIM)
+
+
+def _tiling(compress_ratio: int, head_dim: int) -> tuple[int, int]:
+    """``(BLOCK_D, num_warps)``: a ``rows x BLOCK_D`` tile of about 8K floats per step.
+
+    Ratio 4 reads 8 rows, so a whole head of 512 fits in one step; ratio 128 reads 128
+    rows and loops over the head in chunks of 64 columns (256 B per row and tensor).
+    """
+    rows = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
+    block_d = min(triton.next_power_of_2(head_dim), max(16, _TILE_ELEMENTS // rows))
+    num_warps = max(1, min(8, rows * block_d // 1024))
+    return block_d, num_warps
+
+
+class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):
+    name = "deepseek_v4.compress_windows"
+    kernel = _compress_windows_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        compress_ratio: int
+        head_dim: int
+        block_size: int
+        dtype: str  # state_cache and out (float32; the public function checks)
+        block_table_dtype: str  # int32
+        positions_dtype: str  # int32 or int64: different binaries
+        req_indices_dtype: str
+        # Triton integer classes (jitkern.int_representative), not the exact strides:
+        state_block_stride: int
+        state_row_stride: int
+        block_table_row_stride: int  # max_blocks
+        out_row_stride: int
+        state_aligned: bool  # 16-byte alignment; index tensors are not specialised on it
+        out_aligned: bool
+        launch_pdl: bool
+        block_d: int
+        num_warps: int
+
+    def dispatch(
+        self,
+        *,
+        compress_ratio: int,
+        head_dim: int,
+        block_size: int,
+        dtype: torch.dtype,
+        block_table_dtype: torch.dtype,
+        positions_dtype: torch.dtype,
+        req_indices_dtype: torch.dtype,
+        state_block_stride: int,
+        state_row_stride: int,
+        block_table_row_stride: int,
+        out_row_stride: int,
+        state_aligned: bool = True,
+        out_aligned: bool = True,
+        launch_pdl: bool = False,
+    ) -> CompileKey:
+        block_d, num_warps = _tiling(compress_ratio, head_dim)
+        return self.CompileKey(
+            compress_ratio=compress_ratio,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=dtype_name(dtype),
+            block_table_dtype=dtype_name(block_table_dtype),
+            positions_dtype=dtype_name(positions_dtype),
+            req_indices_dtype=dtype_name(req_indices_dtype),
+            state_block_stride=int_representative(state_block_stride),
+            state_row_stride=int_representative(state_row_stride),
+            block_table_row_stride=int_representative(block_table_row_stride),
+            out_row_stride=int_representative(out_row_stride),
+            state_aligned=state_aligned,
+            out_aligned=out_aligned,
+            launch_pdl=launch_pdl,
+            block_d=block_d,
+            num_warps=num_warps,
+        )
+
+    def get_warmup_keys(
+        self,
+        *,
+        head_dim: int,
+        compress_ratio: int,
+        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+        launch_pdl: bool = False,
+    ) -> list[CompileKey]:
+        """The keys of a deployment's layout (spec table), for each index dtype pair.
+
+        The cache is ``[blocks, block_size, 2W]`` and ``out`` is ``[tokens, head_dim]``:
+        with ``head_dim`` a multiple of 4 both are aligned and their strides multiples
+        of 16. A block table row holds ``max_blocks`` entries, a multiple of 16 or not
+        depending on ``max_model_len``: both classes are warmed (``max_blocks == 1``,
+        a class of its own, would mean a context of at most one block).
+        """
+        layout = LAYOUTS.get(compress_ratio)
+        if head_dim <= 0 or layout is None:
+            return []
+        width = layout.state_width(head_dim)
+        dtypes = index_dtype_names(index_dtypes)
+        rows = keys.product(
+            positions_dtype=dtypes, req_indices_dtype=dtypes, block_table_row_stride=[16, 17]
+        )
+        return keys.unique_keys(
+            lambda **row: self.dispatch(
+                compress_ratio=compress_ratio,
+                head_dim=head_dim,
+                block_size=layout.block_size,
+                dtype=FLOAT_DTYPE,
+                block_table_dtype=torch.int32,
+                state_block_stride=layout.block_size * 2 * width,
+                state_row_stride=2 * width,
+                out_row_stride=head_dim,
+                out_aligned=(4 * head_dim) % 16 == 0,
+                launch_pdl=launch_pdl,
+                **row,
+            ),
+            rows,
+        )
+
+    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        dtype = getattr(torch, key.dtype)
+        width = layout_of(key.compress_ratio).state_width(key.head_dim)
+        return dict(
+            state_cache=TritonWarmupTensor(
+                dtype,
+                shape=(1, key.block_size, 2 * width),
+                strides=(key.state_block_stride, key.state_row_stride, 1),
+                aligned=key.state_aligned,
+            ),
+            block_table=TritonWarmupTensor(
+                getattr(torch, key.block_table_dtype), shape=(1, 1), strides=(key.block_table_row_stride, 1)
+            ),
+            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
+            req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
+            out=TritonWarmupTensor(
+                dtype, shape=(1, key.head_dim), strides=(key.out_row_stride, 1), aligned=key.out_aligned
+            ),
+            compress_ratio=key.compress_ratio,
+            head_dim=key.head_dim,
+            block_size=key.block_size,
+            launch_pdl=key.launch_pdl,
+        )
+
+    @kernel_launcher
+    def __call__(
+        self,
+        state_cache: torch.Tensor,
+        block_table: torch.Tensor,
+        positions: torch.Tensor,
+        req_indices: torch.Tensor,
+        out: torch.Tensor,
+        compress_ratio: int,
+        head_dim: int,
+        block_size: int,
+        launch_pdl: bool = False,
+    ) -> LaunchSpec:
+        """One program per token. No checks here: it also runs on warmup stand-ins."""
+        layout = LAYOUTS[compress_ratio]
+        key = self.dispatch(
+            compress_ratio=compress_ratio,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=state_cache.dtype,
+            block_table_dtype=block_table.dtype,
+            positions_dtype=positions.dtype,
+            req_indices_dtype=req_indices.dtype,
+            state_block_stride=state_cache.stride(0),
+            state_row_stride=state_cache.stride(1),
+            block_table_row_stride=block_table.stride(0),
+            out_row_stride=out.stride(0),
+            state_aligned=is_aligned(state_cache),
+            out_aligned=is_aligned(out),
+            launch_pdl=launch_pdl,
+        )
+        return LaunchSpec(
+            grid=(positions.shape[0],),
+            kwargs=dict(
+                State_ptr=state_cache,
+                state_block_stride=state_cache.stride(0),
+                state_row_stride=state_cache.stride(1),
+                BlockTable_ptr=block_table,
+                block_table_row_stride=block_table.stride(0),
+                Positions_ptr=positions,
+                ReqIdx_ptr=req_indices,
+                Out_ptr=out,
+                out_row_stride=out.stride(0),
+                HEAD_DIM=head_dim,
+                STATE_WIDTH=layout.state_width(head_dim),
+                COMPRESS_RATIO=compress_ratio,
+                OVERLAP=layout.overlap,
+                BLOCK_SIZE=block_size,
+                BLOCK_D=key.block_d,
+                USE_GDC=launch_pdl and GDC_AVAILABLE,
+                num_warps=key.num_warps,
+                launch_pdl=launch_pdl,
+            ),
+            key=key,
+            result=out,
+        )
+
+
+def compress_windows(
+    state_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    positions: torch.Tensor,
+    req_indices: torch.Tensor,
+    out: torch.Tensor,
+    compress_ratio: int,
+    head_dim: int,
+    block_size: int,
+    pdl_kwargs: dict | None = None,
+    max_position: int | None = None,
+) -> torch.Tensor:
+    """Write the compressed entry of every window closed by a token into ``out[token]``.
+
+    ``state_cache``: float32 ``[blocks, block_size, >= 2W]`` as ``save_partial_states``
+    wrote it (``W = 2 * head_dim`` at ratio 4, ``head_dim`` at ratio 128);
+    ``block_table``: int32 ``[requests, max_blocks]``; ``positions``, ``req_indices``:
+    int32 or int64 ``[tokens]``; ``out``: float32 ``[tokens, >= head_dim]``. Rows of
+    tokens that close no window are left untouched. Runs after this step's store.
+
+    A block table too short for a position needs the positions' values. On the CPU they
+    are checked; on a GPU reading them would synchronise, so instead pass
+    ``max_position`` (an upper bound the engine knows, e.g. ``max_model_len - 1``) and
+    it is checked against ``block_table``'s width without touching the device.
+    """
+    layout = layout_of(compress_ratio)
+    if not isinstance(head_dim, int) or head_dim <= 0:
+        raise ValueError(f"head_dim: must be a positive int, got {head_dim!r}")
+    if not isinstance(block_size, int) or block_size <= 0:
+        raise ValueError(f"block_size: must be a positive int, got {block_size!r}")
+    check_float_tensor("state_cache", state_cache, 3)
+    check_float_tensor("out", out, 2)
+    check_index_tensor("positions", positions, _INDEX_DTYPES)
+    check_index_tensor("req_indices", req_indices, _INDEX_DTYPES)
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError(
+            f"block_table: must be int32 [requests, max_blocks], got {dtype_name(block_table.dtype)} "
+            f"{tuple(block_table.shape)}"
+        )
+    if block_table.shape[1] > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"block_table: rows must be contiguous, got strides {block_table.stride()}")
+    device = check_same_device(
+        state_cache=state_cache, block_table=block_table, positions=positions, req_indices=req_indices, out=out
+    )
+    width = layout.state_width(head_dim)
+    tokens = positions.shape[0]
+    if state_cache.shape[1] != block_size:
+        raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
+    if state_cache.shape[2] < 2 * width:
+        raise ValueError(
+            f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "
+            f"at ratio {compress_ratio}"
+        )
+    if req_indices.shape[0] != tokens:
+        raise ValueError(f"req_indices: {req_indices.shape[0]} tokens, positions has {tokens}")
+    if out.shape[0] != tokens or out.shape[1] < head_dim:
+        raise ValueError(f"out: shape {tuple(out.shape)}, expected [{tokens}, >= head_dim={head_dim}]")
+    if max_position is not None and max_position // block_size >= block_table.shape[1]:
+        raise ValueError(
+            f"block_table: {block_table.shape[1]} blocks of {block_size} cannot hold max_position={max_position}"
+        )
+    if device.type == "cpu" and tokens:
+        _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size)
+    if tokens:
+        CompressWindowsKernel()(
+            state_cache,
+            block_table,
+            positions,
+            req_indices,
+            out,
+            compress_ratio,
+            head_dim,
+            block_size,
+            launch_pdl=resolve_pdl(pdl_kwargs, device),
+        )
+    return out
+
+
+def _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size) -> None:
+    """Checks that need the values: free on the CPU, a device sync on a GPU."""
+    closing = (positions + 1) % compress_ratio == 0
+    if int(positions.min()) < 0:
+        raise ValueError("positions: must be >= 0")
+    if not bool(closing.any()):
+        return
+    requests = req_indices[closing].long()
+    if int(requests.min()) < 0 or int(requests.max()) >= block_table.shape[0]:
+        raise ValueError(f"req_indices: a closing token's request is outside [0, {block_table.shape[0]})")
+    last_block = positions[closing].long() // block_size
+    if int(last_block.max()) >= block_table.shape[1]:
+        raise ValueError(
+            f"block_table: {block_table.shape[1]} blocks of {block_size} are too short for position "
+            f"{int(positions[closing].max())}"
+        )
+    window = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
+    first_block = (positions[closing].long() - window + 1).clamp(min=0) // block_size
+    columns = torch.arange(block_table.shape[1])
+    used = (columns >= first_block[:, None]) & (columns <= last_block[:, None])
+    blocks = block_table[requests][used]
+    if int(blocks.min()) < 0 or int(blocks.max()) >= state_cache.shape[0]:
+        raise ValueError(f"block_table: a block a window reads is outside the cache's [0, {state_cache.shape[0]})")

@@ -1,0 +1,365 @@
+"""The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache.
+
+Tokens of a window that has not closed wait in the cache until the window's last token
+arrives (``spec/deepseek-v4-compressor.md``). One program per token; padding tokens
+(slot -1) exit at once; nothing else of the cache is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import kernel_launcher, keys
+from deepseek_v4.common import (
+    FLOAT_DTYPE,
+    GDC_AVAILABLE,
+    INDEX_DTYPES,
+    LAYOUTS,
+    check_float_tensor,
+    check_index_tensor,
+    check_same_device,
+    dtype_name,
+    index_dtype_names,
+    layout_of,
+    resolve_pdl,
+)
+
+_INDEX_DTYPES = tuple(INDEX_DTYPES.values())
+
+
+@triton.jit(do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr"])
+def _save_partial_states_kernel(
+    KV_ptr,
+    kv_row_stride,
+    Score_ptr,
+    score_row_stride,
+    Ape_ptr,
+    ape_row_stride,
+    Positions_ptr,
+    State_ptr,
+    state_block_stride,
+    state_row_stride,
+    Slot_ptr,
+    HEAD_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    STATE_WIDTH: tl.constexpr,
+    COMPRESS_RATIO: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    # For token i with slot s = slot[i] >= 0, row = state[s // BLOCK_SIZE, s % BLOCK_SIZE]:
+    #   row[0 : H]                        = kv[i, 0:H]
+    #   row[STATE_WIDTH : STATE_WIDTH + H] = score[i, 0:H] + ape[positions[i] % COMPRESS_RATIO, 0:H]
+    token = tl.program_id(0).to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
+    if USE_GDC:
+        # Launched with PDL: wait until the kernel before us has finished writing our
+        # inputs; let the next kernel start its prologue (it waits for us the same way).
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    slot = tl.load(Slot_ptr + token).to(tl.int64)
+    if slot < 0:  # padding token (CUDA-graph batches): no row to write
+        return
+    row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
+    cols = tl.arange(0, BLOCK_H)
+    mask = cols < HEAD_SIZE
+
+    kv = tl.load(KV_ptr + token * kv_row_stride + cols, mask=mask)
+    tl.store(row + cols, kv, mask=mask)
+
+    position = tl.load(Positions_ptr + token)
+    ape = tl.load(Ape_ptr + (position % COMPRESS_RATIO) * ape_row_stride + cols, mask=mask)
+    score = tl.load(Score_ptr + token * score_row_stride + cols, mask=mask)
+    tl.store(row + STATE_WIDTH + cols, score + ape, mask=mask)
+
+
+def _num_warps(block_h: int) -> int:
+    """Enough threads for 4-8 floats of each row per thread; a row is at most a few KB."""
+    return max(1, min(4, block_h // 256))
+
+
+class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):
+    name = "deepseek_v4.save_partial_states"
+    kernel = _save_partial_states_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        head_size: int  # H = kv.shape[-1]
+        state_width: int
+        compress_ratio: int
+        block_size: int
+        dtype: str  # kv, score, ape and state_cache (float32; the public function checks)
+        positions_dtype: str  # int32 or int64: different binaries
+        slot_mapping_dtype: str
+        # Triton integer classes (jitkern.int_representative), not the exact strides:
+        kv_row_stride: int
+        score_row_stride: int
+        ape_row_stride: int
+        state_block_stride: int
+        state_row_stride: int
+        # 16-byte alignment of the float pointers (score at column H of a [tokens, 2H]
+        # projection is aligned only when 4H % 16 == 0); positions and slot_mapping are
+        # not specialised on alignment.
+        kv_aligned: bool
+        score_aligned: bool
+        ape_aligned: bool
+        state_aligned: bool
+        launch_pdl: bool
+        num_warps: int
+        block_h: int  # next power of two of head_size
+
+    def dispatch(
+        self,
+        *,
+        head_size: int,
+        state_width: int,
+        compress_ratio: int,
+        block_size: int,
+        dtype: torch.dtype,
+        positions_dtype: torch.dtype,
+        slot_mapping_dtype: torch.dtype,
+        kv_row_stride: int,
+        score_row_stride: int,
+        ape_row_stride: int,
+        state_block_stride: int,
+        state_row_stride: int,
+        kv_aligned: bool = True,
+        score_aligned: bool = True,
+        ape_aligned: bool = True,
+        state_aligned: bool = True,
+        launch_pdl: bool = False,
+    ) -> CompileKey:
+        block_h = triton.next_power_of_2(head_size)
+        return self.CompileKey(
+            head_size=head_size,
+            state_width=state_width,
+            compress_ratio=compress_ratio,
+            block_size=block_size,
+            dtype=dtype_name(dtype),
+            positions_dtype=dtype_name(positions_dtype),
+            slot_mapping_dtype=dtype_name(slot_mapping_dtype),
+            kv_row_stride=int_representative(kv_row_stride),
+            score_row_stride=int_representative(score_row_stride),
+            ape_row_stride=int_representative(ape_row_stride),
+            state_block_stride=int_representative(state_block_stride),
+            state_row_stride=int_representative(state_row_stride),
+            kv_aligned=kv_aligned,
+            score_aligned=score_aligned,
+            ape_aligned=ape_aligned,
+            state_aligned=state_aligned,
+            launch_pdl=launch_pdl,
+            num_warps=_num_warps(block_h),
+            block_h=block_h,
+        )
+
+    def get_warmup_keys(
+        self,
+        *,
+        head_dim: int,
+        compress_ratio: int,
+        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+        launch_pdl: bool = False,
+    ) -> list[CompileKey]:
+        """The keys of a deployment's layout (spec table), for each index dtype pair.
+
+        ``kv`` and ``score`` are views of one ``[tokens, 2H]`` projection (or contiguous
+        ``[tokens, H]``), the cache is ``[blocks, block_size, 2W]``: with ``head_dim`` a
+        multiple of 4 every stride is a multiple of 16 and every pointer aligned.
+        ``launch_pdl``: the deployment launches with PDL (Hopper and newer).
+        """
+        layout = LAYOUTS.get(compress_ratio)
+        if head_dim <= 0 or layout is None:
+            return []
+        width = layout.state_width(head_dim)
+        rows = keys.product(
+            positions_dtype=index_dtype_names(index_dtypes), slot_mapping_dtype=index_dtype_names(index_dtypes)
+        )
+        return keys.unique_keys(
+            lambda **row: self.dispatch(
+                head_size=width,
+                state_width=width,
+                compress_ratio=compress_ratio,
+                block_size=layout.block_size,
+                dtype=FLOAT_DTYPE,
+                kv_row_stride=2 * width,
+                score_row_stride=2 * width,
+                ape_row_stride=width,
+                state_block_stride=layout.block_size * 2 * width,
+                state_row_stride=2 * width,
+                kv_aligned=(4 * width) % 16 == 0,
+                score_aligned=(4 * width) % 16 == 0,
+                launch_pdl=launch_pdl,
+                **row,
+            ),
+            rows,
+        )
+
+    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        dtype = getattr(torch, key.dtype)
+        h = key.head_size
+        return dict(
+            kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(key.kv_row_stride, 1), aligned=key.kv_aligned),
+            score=TritonWarmupTensor(dtype, shape=(1, h), strides=(key.score_row_stride, 1), aligned=key.score_aligned),
+            ape=TritonWarmupTensor(
+                dtype, shape=(key.compress_ratio, h), strides=(key.ape_row_stride, 1), aligned=key.ape_aligned
+            ),
+            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
+            state_cache=TritonWarmupTensor(
+                dtype,
+                shape=(1, key.block_size, key.state_width + h),
+                strides=(key.state_block_stride, key.state_row_stride, 1),
+                aligned=key.state_aligned,
+            ),
+            slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
+            block_size=key.block_size,
+            state_width=key.state_width,
+            compress_ratio=key.compress_ratio,
+            launch_pdl=key.launch_pdl,
+        )
+
+    @kernel_launcher
+    def __call__(
+        self,
+        kv: torch.Tensor,
+        score: torch.Tensor,
+        ape: torch.Tensor,
+        positions: torch.Tensor,
+        state_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_size: int,
+        state_width: int,
+        compress_ratio: int,
+        launch_pdl: bool = False,
+    ) -> LaunchSpec:
+        """One program per token. No checks here: it also runs on warmup stand-ins."""
+        key = self.dispatch(
+            head_size=kv.shape[-1],
+            state_width=state_width,
+            compress_ratio=compress_ratio,
+            block_size=block_size,
+            dtype=kv.dtype,
+            positions_dtype=positions.dtype,
+            slot_mapping_dtype=slot_mapping.dtype,
+            kv_row_stride=kv.stride(0),
+            score_row_stride=score.stride(0),
+            ape_row_stride=ape.stride(0),
+            state_block_stride=state_cache.stride(0),
+            state_row_stride=state_cache.stride(1),
+            kv_aligned=is_aligned(kv),
+            score_aligned=is_aligned(score),
+            ape_aligned=is_aligned(ape),
+            state_aligned=is_aligned(state_cache),
+            launch_pdl=launch_pdl,
+        )
+        return LaunchSpec(
+            grid=(slot_mapping.shape[0],),
+            kwargs=dict(
+                KV_ptr=kv,
+                kv_row_stride=kv.stride(0),
+                Score_ptr=score,
+                score_row_stride=score.stride(0),
+                Ape_ptr=ape,
+                ape_row_stride=ape.stride(0),
+                Positions_ptr=positions,
+                State_ptr=state_cache,
+                state_block_stride=state_cache.stride(0),
+                state_row_stride=state_cache.stride(1),
+                Slot_ptr=slot_mapping,
+                HEAD_SIZE=key.head_size,
+                BLOCK_H=key.block_h,
+                STATE_WIDTH=state_width,
+                COMPRESS_RATIO=compress_ratio,
+                BLOCK_SIZE=block_size,
+                USE_GDC=launch_pdl and GDC_AVAILABLE,
+                num_warps=key.num_warps,
+                launch_pdl=launch_pdl,
+            ),
+            key=key,
+            result=state_cache,
+        )
+
+
+def save_partial_states(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    ape: torch.Tensor,
+    positions: torch.Tensor,
+    state_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    block_size: int,
+    state_width: int,
+    compress_ratio: int,
+    pdl_kwargs: dict | None = None,
+) -> None:
+    """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``.
+
+    ``kv``, ``score``: float32 ``[tokens, H]`` (row strides free: views of one projection
+    are fine); ``ape``: float32 ``[compress_ratio, >= H]``; ``positions``,
+    ``slot_mapping``: int32 or int64 ``[tokens]``, slot -1 = padding; ``state_cache``:
+    float32 ``[blocks, block_size, >= state_width + H]``, dims 0 and 1 may be strided.
+    ``pdl_kwargs``: ``{"launch_pdl": True}`` launches with programmatic dependent launch
+    where the GPU supports it (sm_90+), and is ignored elsewhere.
+
+    Everything checkable from shapes and dtypes is checked before the launch, without
+    reading device memory. Slots and positions are values: they are checked only when
+    the tensors are on the CPU (tests, the interpreter), never on a GPU's hot path.
+    """
+    layout_of(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
+    check_float_tensor("kv", kv, 2)
+    check_float_tensor("score", score, 2)
+    check_float_tensor("ape", ape, 2)
+    check_float_tensor("state_cache", state_cache, 3)
+    check_index_tensor("positions", positions, _INDEX_DTYPES)
+    check_index_tensor("slot_mapping", slot_mapping, _INDEX_DTYPES)
+    device = check_same_device(
+        kv=kv, score=score, ape=ape, positions=positions, state_cache=state_cache, slot_mapping=slot_mapping
+    )
+    tokens, head_size = kv.shape
+    if head_size <= 0:
+        raise ValueError(f"kv: last dimension must be positive, got shape {tuple(kv.shape)}")
+    if tuple(score.shape) != (tokens, head_size):
+        raise ValueError(f"score: shape {tuple(score.shape)} does not match kv {tuple(kv.shape)}")
+    for name, tensor in (("positions", positions), ("slot_mapping", slot_mapping)):
+        if tensor.shape[0] != tokens:
+            raise ValueError(f"{name}: {tensor.shape[0]} tokens, kv has {tokens}")
+    if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
+        raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
+    if not isinstance(block_size, int) or block_size <= 0:
+        raise ValueError(f"block_size: must be a positive int, got {block_size!r}")
+    if state_cache.shape[1] != block_size:
+        raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
+    if not head_size <= state_width:
+        raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
+    if state_cache.shape[2] < state_width + head_size:
+        raise ValueError(
+            f"state_cache: last dim {state_cache.shape[2]} < state_width + H = {state_width} + {head_size}"
+        )
+    if device.type == "cpu" and tokens:
+        _check_values_on_host(positions, state_cache, slot_mapping, block_size)
+    if tokens:
+        SavePartialStatesKernel()(
+            kv,
+            score,
+            ape,
+            positions,
+            state_cache,
+            slot_mapping,
+            block_size,
+            state_width,
+            compress_ratio,
+            launch_pdl=resolve_pdl(pdl_kwargs, device),
+        )
+
+
+def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:
+    """Slot and position checks that need the values: free on the CPU, a sync on a GPU."""
+    if int(positions.min()) < 0:
+        raise ValueError("positions: must be >= 0")
+    slots = state_cache.shape[0] * block_size
+    if int(slot_mapping.min()) < -1 or int(slot_mapping.max()) >= slots:
+        raise ValueError(f"slot_mapping: slots must be -1 (padding) or in [0, {slots})")

@@ -1,0 +1,82 @@
+"""The summary cache layer: fp8 region summaries beside the main KV, sharing its block ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from step5.ops import summary_update
+from step5.ring import Step5CSATailRing
+
+REGION = 8
+SUMMARY_BYTES = 256  # one fp8 e4m3 summary of 256 dims per region
+
+
+@dataclass(frozen=True)
+class Step5SummaryCacheSpec:
+    """How an engine sizes the summary layer: 256 uint8 bytes per 8 tokens, the main
+    KV block size, the main KV block ids (so it is prefix-cached like any other page)."""
+
+    block_size: int
+    tokens_per_state: int = REGION
+    head_size: int = SUMMARY_BYTES
+    num_kv_heads: int = 1
+    dtype: torch.dtype = torch.uint8
+
+    def __post_init__(self):
+        if not isinstance(self.block_size, int) or self.block_size <= 0 or self.block_size % REGION:
+            raise ValueError(
+                f"block_size: {self.block_size} is not a positive multiple of 8; Step5 KV blocks "
+                "must align to eight-token regions"
+            )
+
+    @property
+    def regions_per_block(self) -> int:
+        return self.block_size // REGION
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.regions_per_block * SUMMARY_BYTES
+
+    def allocate(self, num_blocks: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A ``[num_blocks, block_size // 8, 256]`` uint8 ``mean`` cache."""
+        return torch.zeros((num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=device)
+
+
+class Step5SparseSummaryCache:
+    """FP8 summaries of each block's closed eight-token regions.
+
+    ``mean`` is ``[blocks, block_size // 8, 256]`` uint8; blocks may be strided. A region
+    is summarized once, by its eighth row, from the rows waiting in a
+    ``Step5CSATailRing``; this cache holds no per-request state.
+    """
+
+    def __init__(self, mean: torch.Tensor):
+        summary_update.summary_layout(mean)  # validates
+        self.mean = mean
+
+    @property
+    def block_size(self) -> int:
+        return self.mean.shape[1] * REGION
+
+    def update_decode(self, key, z, slots, positions, ring: Step5CSATailRing) -> None:
+        n = slots.shape[0]
+        summary_update.update_decode(
+            key, z, slots, positions, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
+        )
+
+    def update_verify(self, key, z, slots, query_start_loc, seq_lens, ring: Step5CSATailRing) -> None:
+        n = slots.shape[0]
+        summary_update.update_verify(
+            key, z, slots, query_start_loc, seq_lens, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
+        )
+
+    def update_prefill(self, key, z, metadata, positions, ring: Step5CSATailRing) -> None:
+        """``metadata`` from ``build_prefill_groups``; the token count is ``positions``'."""
+        n = positions.shape[0]
+        ring_metadata = ring.metadata()
+        summary_update.update_prefill(
+            key, z, metadata, positions, ring_metadata.base[:n], ring_metadata.slot_mapping[:n],
+            self.mean, ring.rows, ring.capacity,
+        )

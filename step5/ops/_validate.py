@@ -1,0 +1,71 @@
+"""Argument checks of the public Step5 functions.
+
+They read only shapes, strides, dtypes and devices, never tensor values, so they cost
+the hot path no device synchronisation. Each failure is a ``ValueError`` naming the
+argument, raised before anything is launched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+RING_ROW = 512
+
+
+def _describe(tensor) -> str:
+    if not isinstance(tensor, torch.Tensor):
+        return type(tensor).__name__
+    return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)} on {tensor.device}"
+
+
+def check_rows(key, z) -> int:
+    """``key`` and ``z``: bf16 ``[tokens, 1, 256]`` (dims 0 and 2 may be strided); returns tokens."""
+    for name, tensor in (("key", key), ("z", z)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.bfloat16 or tensor.dim() != 3 \
+                or tensor.shape[1:] != (1, 256):
+            raise ValueError(f"{name}: expected bfloat16 [tokens, 1, 256], got {_describe(tensor)}")
+    if key.shape[0] != z.shape[0]:
+        raise ValueError(f"z: {z.shape[0]} tokens, but key has {key.shape[0]}")
+    return key.shape[0]
+
+
+def check_index(name: str, tensor, tokens: int | None) -> None:
+    """A 1-D int32/int64 tensor, with ``tokens`` entries when that is given."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype not in INDEX_DTYPES or tensor.dim() != 1:
+        raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor, got {_describe(tensor)}")
+    if tokens is not None and tensor.shape[0] != tokens:
+        raise ValueError(f"{name}: {tensor.shape[0]} entries, but key has {tokens} tokens")
+    if tensor.dim() == 1 and tensor.shape[0] > 1 and tensor.stride(0) <= 0:
+        raise ValueError(f"{name}: stride {tensor.stride(0)} is not positive")
+
+
+def check_mean(mean) -> None:
+    """``mean``: uint8 ``[blocks, block_size // 8, 256]`` with strides ``(any, 256, 1)``."""
+    if not isinstance(mean, torch.Tensor) or mean.dtype != torch.uint8 or mean.dim() != 3 or mean.shape[2] != 256:
+        raise ValueError(f"mean: expected uint8 [blocks, block_size // 8, 256], got {_describe(mean)}")
+    if mean.shape[1] < 1:
+        raise ValueError("mean: a block must hold at least one region (block_size >= 8)")
+    if mean.stride(1) != 256 or mean.stride(2) != 1:
+        raise ValueError(f"mean: inner strides must be (256, 1), got {tuple(mean.stride())[1:]}")
+
+
+def check_ring(ring, capacity, draft_tokens: int) -> None:
+    """``ring``: contiguous bf16 ``[rows, 512]``; ``capacity >= 7 + draft_tokens`` rows per request."""
+    if not isinstance(ring, torch.Tensor) or ring.dtype != torch.bfloat16 or ring.dim() != 2 \
+            or ring.shape[1] != RING_ROW or ring.stride() != (RING_ROW, 1):
+        raise ValueError(f"ring: expected contiguous bfloat16 [rows, 512], got {_describe(ring)}")
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise ValueError(f"capacity: expected an int, got {type(capacity).__name__}")
+    if capacity < 7 + draft_tokens:
+        raise ValueError(f"capacity: {capacity} ring rows per request is less than 7 + {draft_tokens} (draft tokens)")
+    if ring.shape[0] < capacity:
+        raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
+
+
+def check_same_device(**tensors: torch.Tensor) -> None:
+    """Every tensor on the device of the first one named."""
+    (first_name, first), *others = tensors.items()
+    for name, tensor in others:
+        if tensor.device != first.device:
+            raise ValueError(f"{name}: on {tensor.device}, but {first_name} is on {first.device}")

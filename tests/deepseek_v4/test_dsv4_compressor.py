@@ -1,0 +1,174 @@
+"""The window compressor under the interpreter against the paged reference.
+
+The cache is poisoned with NaN except the rows of the requests' positions, so a kernel
+that reads a wrong row (a wrong block, the wrong half, a position below 0) produces NaN.
+Output rows of tokens that close no window must keep their poison bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from dsv4_helpers import assert_rel_close, poison, same_bits
+
+from deepseek_v4 import CompressWindowsKernel, compress_windows
+from deepseek_v4.common import LAYOUTS
+from deepseek_v4.reference import compress_windows_ref
+from jitkern import TritonJitKernel
+
+
+def _paged_case(ratio, head_dim, *, requests=3, max_len=None, block_size=None, index_dtype=torch.int64,
+                tokens=24, extra_blocks=5, spread=1.0):
+    """A cache holding ``requests`` requests' rows in shuffled blocks, and a batch of
+    tokens at random positions of random requests, about a third of them closing windows."""
+    layout = LAYOUTS[ratio]
+    block_size = block_size or layout.block_size
+    width = layout.state_width(head_dim)
+    max_len = max_len or 3 * ratio
+    lengths = [random.randint(ratio, max_len) for _ in range(requests)]
+    max_blocks = -(-max_len // block_size) + random.randint(0, 2)
+    needed = sum(-(-n // block_size) for n in lengths)
+    blocks = torch.randperm(needed + extra_blocks).int()
+    cache_full = poison((needed + extra_blocks, block_size + 1, 2 * width + 3))
+    cache = cache_full[:, :block_size, : 2 * width]  # dims 0 and 1 strided
+    block_table = torch.full((requests, max_blocks), -1, dtype=torch.int32)
+    taken = 0
+    for r, length in enumerate(lengths):
+        count = -(-length // block_size)
+        block_table[r, :count] = blocks[taken : taken + count]
+        taken += count
+        q = torch.arange(length)
+        rows = block_table[r, q // block_size].long()
+        cache[rows, q % block_size] = torch.randn(length, 2 * width) * spread
+    req_indices, positions = [], []
+    for _ in range(tokens):
+        r = random.randrange(requests)
+        if random.random() < 0.4:  # closing
+            p = random.randrange(ratio - 1, lengths[r], ratio)
+        else:
+            p = random.randrange(lengths[r])
+        req_indices.append(r)
+        positions.append(p)
+    if ratio == 4:  # the first window: its previous rows are below position 0
+        req_indices.append(0)
+        positions.append(3)
+    tokens = len(positions)
+    out_full = poison((tokens, head_dim + 6))
+    return dict(
+        state_cache=cache,
+        block_table=block_table,
+        positions=torch.tensor(positions, dtype=index_dtype),
+        req_indices=torch.tensor(req_indices, dtype=random.choice([torch.int32, torch.int64])),
+        out=out_full[:, :head_dim],
+        compress_ratio=ratio,
+        head_dim=head_dim,
+        block_size=block_size,
+    ), out_full
+
+
+def _check(inputs, out_full):
+    expected_full = out_full.clone()
+    compress_windows_ref(**{**inputs, "out": expected_full[:, : inputs["head_dim"]]})
+    compress_windows(**inputs)
+    closing = (inputs["positions"] + 1) % inputs["compress_ratio"] == 0
+    assert closing.any()
+    assert_rel_close(out_full[closing, : inputs["head_dim"]], expected_full[closing, : inputs["head_dim"]], "windows")
+    assert same_bits(out_full[~closing], expected_full[~closing]), "a token closing no window was written"
+    assert same_bits(out_full[:, inputs["head_dim"] :], expected_full[:, inputs["head_dim"] :]), "wrote past head_dim"
+
+
+@pytest.mark.parametrize("head_dim", [8, 12, 20])
+def test_ratio4_matches_reference(head_dim):
+    inputs, out = _paged_case(4, head_dim, index_dtype=random.choice([torch.int32, torch.int64]), tokens=30)
+    _check(inputs, out)
+
+
+@pytest.mark.parametrize("head_dim", [16, 24, 80])
+def test_ratio128_matches_reference(head_dim):
+    """80 = one full chunk of 64 columns and a masked one: the head loop."""
+    inputs, out = _paged_case(128, head_dim, requests=2, max_len=300, tokens=6)
+    _check(inputs, out)
+
+
+def test_softmax_is_stable_for_large_scores():
+    """Scores of +-80: exp overflows in float32 without subtracting the per-dim max."""
+    inputs, out = _paged_case(4, 12, spread=40.0, tokens=20)
+    _check(inputs, out)
+
+
+def test_other_block_size():
+    inputs, out = _paged_case(4, 8, block_size=16, tokens=20)
+    _check(inputs, out)
+
+
+def test_overlap_weighs_first_and_second_halves_by_hand():
+    """Equal scores: the entry is the plain mean of the rows the spec names, here
+    written out by hand (ratio 4, head 1, one block per 4 positions)."""
+    kv = torch.arange(8.0)[:, None] * 10 + torch.tensor([1.0, 2.0])  # kv of position q: [10q+1, 10q+2]
+    cache = torch.zeros(2, 4, 4)  # rows [kv (2) | score (2)]
+    cache[:, :, :2] = kv.view(2, 4, 2)
+    out = poison((2, 1))
+    compress_windows(cache, torch.tensor([[0, 1]], dtype=torch.int32), torch.tensor([3, 7]),
+                     torch.tensor([0, 0]), out, compress_ratio=4, head_dim=1, block_size=4)
+    first = (2 + 12 + 22 + 32) / 4  # p=3: second halves of 0..3; positions -4..-1 weigh nothing
+    second = ((1 + 11 + 21 + 31) + (42 + 52 + 62 + 72)) / 8  # p=7: first halves of 0..3, second of 4..7
+    torch.testing.assert_close(out[:, 0], torch.tensor([first, second]))
+
+
+def test_zero_tokens_launch_nothing(monkeypatch):
+    inputs, _ = _paged_case(4, 8)
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched for zero tokens"))
+    compress_windows(**{**inputs, "positions": inputs["positions"][:0], "req_indices": inputs["req_indices"][:0],
+                        "out": inputs["out"][:0]})
+
+
+@pytest.mark.parametrize(
+    "change,argument",
+    [
+        (lambda i: dict(state_cache=i["state_cache"].double()), "state_cache"),
+        (lambda i: dict(out=i["out"].double()), "out"),
+        (lambda i: dict(positions=i["positions"].float()), "positions"),
+        (lambda i: dict(req_indices=i["req_indices"].float()), "req_indices"),
+        (lambda i: dict(block_table=i["block_table"].long()), "block_table"),
+        (lambda i: dict(state_cache=i["state_cache"][:, :, :-1]), "state_cache"),
+        (lambda i: dict(compress_ratio=16), "compress_ratio"),
+        (lambda i: dict(head_dim=0), "head_dim"),
+        (lambda i: dict(head_dim=i["head_dim"] + 1), "state_cache"),
+        (lambda i: dict(out=i["out"][:, :-1]), "out"),
+        (lambda i: dict(block_size=2), "state_cache"),
+        (lambda i: dict(block_table=i["block_table"][:, :1]), "block_table"),
+        (lambda i: dict(max_position=10**6), "block_table"),
+        (lambda i: dict(req_indices=i["req_indices"] + 10), "req_indices"),
+        (lambda i: dict(positions=i["positions"][:-1]), "req_indices"),
+    ],
+)
+def test_wrong_inputs_raise_before_any_launch(monkeypatch, change, argument):
+    inputs, _ = _paged_case(4, 8)
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched despite a bad input"))
+    with pytest.raises(ValueError, match=argument):
+        compress_windows(**{**inputs, **change(inputs)})
+
+
+def test_warmup_keys_follow_the_spec_table():
+    kernel = CompressWindowsKernel()
+    assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
+    assert kernel.get_warmup_keys(head_dim=128, compress_ratio=64) == []
+    for ratio, block_size in ((4, 4), (128, 8)):
+        keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
+        assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}
+        assert len(keys) == 8  # positions x req_indices dtypes x max_blocks classes
+        for key in keys:
+            kernel.compile(key)  # under the interpreter: checks warmup_inputs dispatches to key
+
+
+def test_pdl_runs_under_the_interpreter():
+    inputs, out = _paged_case(4, 8)
+    expected = out.clone()
+    compress_windows_ref(**{**inputs, "out": expected[:, :8]})
+    spec = CompressWindowsKernel().launch_spec(**inputs, launch_pdl=True)
+    assert spec.key.launch_pdl
+    CompressWindowsKernel()(**inputs, launch_pdl=True)
+    closing = (inputs["positions"] + 1) % 4 == 0
+    assert_rel_close(out[closing, :8], expected[closing, :8])

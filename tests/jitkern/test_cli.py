@@ -1,0 +1,151 @@
+"""``python -m jitkern.warmup`` end to end: compile for cuda:90 here, with no GPU."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.compiled
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "warmup_manifests" / "jitkern-example.json"
+
+
+def warmup(*args, cache_dir, background=False):
+    environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), TRITON_INTERPRET="0")
+    command = [sys.executable, "-m", "jitkern.warmup", *map(str, args), "--no-progress"]
+    if background:
+        return subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
+
+
+def report_of(run_args, cache_dir, tmp_path):
+    report = tmp_path / f"report-{time.monotonic_ns()}.json"
+    run = warmup(*run_args, "--report", report, cache_dir=cache_dir)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads(report.read_text())
+
+
+def totals(report):
+    return {column: sum(row[column] for row in report["kernels"]) for column in ("keys", "compiled", "cached", "failed")}
+
+
+def cache_entries(cache_dir: Path) -> list[Path]:
+    return [entry for entry in cache_dir.iterdir() if entry.is_dir()]
+
+
+def heavy_manifest(tmp_path) -> Path:
+    """The example kernel at four block sizes: enough work to see workers pay off."""
+    document = json.loads(EXAMPLE.read_text())
+    document["kernels"][0]["config"]["block_sizes"] = [256, 1024, 4096]
+    path = tmp_path / "heavy.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_compile_then_everything_cached_then_check_finds_a_deleted_entry(tmp_path):
+    cache = tmp_path / "cache"
+    first = report_of([EXAMPLE, "--target", "cuda:90", "--jobs", "2"], cache, tmp_path)
+    assert totals(first) == {"keys": 72, "compiled": 72, "cached": 0, "failed": 0}
+    second = report_of([EXAMPLE, "--target", "cuda:90"], cache, tmp_path)
+    assert totals(second) == {"keys": 72, "compiled": 0, "cached": 72, "failed": 0}
+
+    check = warmup(EXAMPLE, "--target", "cuda:90", "--check", cache_dir=cache)
+    assert check.returncode == 0 and "all 72 keys in the cache" in check.stdout
+
+    entries = cache_entries(cache)
+    assert len(entries) == 72
+    victim = entries[0]
+    for file in victim.iterdir():
+        file.unlink()
+    victim.rmdir()
+    check = warmup(EXAMPLE, "--target", "cuda:90", "--check", cache_dir=cache)
+    assert check.returncode == 1
+    assert "1 of 72 keys missing" in check.stdout
+    (missing_line,) = [line for line in check.stdout.splitlines() if line.startswith("  jitkern.example.axpy[")]
+    assert missing_line.endswith("for cuda:90")
+    rerun = report_of([EXAMPLE, "--target", "cuda:90"], cache, tmp_path)
+    assert totals(rerun) == {"keys": 72, "compiled": 1, "cached": 71, "failed": 0}
+
+
+def test_list_prints_every_key_and_the_count(tmp_path):
+    run = warmup(EXAMPLE, "--list", cache_dir=tmp_path)
+    assert run.returncode == 0
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1] == "72 keys" and len(lines) == 73
+    assert all(line.startswith("jitkern.example.axpy[dtype=") for line in lines[:-1])
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_manifest_compiles_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**json.loads(EXAMPLE.read_text()), "kernels": [{"kernel": "nope", "config": {}}]}))
+    run = warmup(EXAMPLE, bad, "--target", "cuda:90", cache_dir=cache)
+    assert run.returncode == 2
+    assert f"{bad}: kernels[0].kernel: unknown kernel 'nope'" in run.stderr
+    assert not cache.exists() or not cache_entries(cache)
+
+
+def test_a_failing_key_does_not_stop_the_others(tmp_path):
+    document = json.loads(EXAMPLE.read_text())
+    document["kernels"][0]["config"] = {"dtypes": ["float32"], "block_sizes": [128, 1000]}  # 1000: not a power of 2
+    manifest = tmp_path / "broken.json"
+    manifest.write_text(json.dumps(document))
+    report = tmp_path / "report.json"
+    run = warmup(manifest, "--target", "cuda:90", "--report", report, cache_dir=tmp_path / "cache")
+    assert run.returncode == 1
+    summary = json.loads(report.read_text())
+    assert totals(summary) == {"keys": 6, "compiled": 3, "cached": 0, "failed": 3}
+    assert {failure["key"]["block_size"] for failure in summary["failures"]} == {1000}
+    assert "FAILED jitkern.example.axpy" in run.stderr and "power of 2" in run.stderr
+
+
+def test_two_workers_compile_the_same_set_faster(tmp_path):
+    manifest = heavy_manifest(tmp_path)
+    one = report_of([manifest, "--target", "cuda:90", "--jobs", "1"], tmp_path / "one", tmp_path)
+    two = report_of([manifest, "--target", "cuda:90", "--jobs", "2"], tmp_path / "two", tmp_path)
+    assert totals(one) == totals(two) == {"keys": 216, "compiled": 216, "cached": 0, "failed": 0}
+    assert sorted(p.name for p in cache_entries(tmp_path / "one")) == sorted(p.name for p in cache_entries(tmp_path / "two"))
+    assert two["wall_seconds"] < one["wall_seconds"], (one["wall_seconds"], two["wall_seconds"])
+
+
+def test_concurrent_runs_share_a_cache(tmp_path):
+    manifest, cache = heavy_manifest(tmp_path), tmp_path / "cache"
+    runs = [warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, background=True) for _ in range(2)]
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=600)
+        assert run.returncode == 0, stdout + stderr
+    check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache)
+    assert check.returncode == 0, check.stdout
+
+
+def test_an_interrupted_run_is_finished_by_the_next(tmp_path):
+    manifest, cache = heavy_manifest(tmp_path), tmp_path / "cache"
+    run = warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, background=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not cache.exists() or len(cache_entries(cache)) < 10):
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    run.communicate(timeout=60)
+    done_before = len(cache_entries(cache))
+    assert 10 <= done_before < 216, "the run was not interrupted mid-way"
+    report = report_of([manifest, "--target", "cuda:90"], cache, tmp_path)
+    summary = totals(report)
+    assert summary["failed"] == 0 and summary["cached"] >= done_before - 1
+    assert summary["compiled"] + summary["cached"] == 216
+    assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache).returncode == 0
+
+
+def test_under_the_interpreter_warmup_compiles_nothing_and_says_so(tmp_path):
+    environment = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), TRITON_INTERPRET="1")
+    run = subprocess.run([sys.executable, "-m", "jitkern.warmup", str(EXAMPLE), "--target", "cuda:90"],
+                         cwd=REPO, env=environment, capture_output=True, text=True)
+    assert run.returncode == 0 and "nothing to compile" in run.stdout
+    assert not list(tmp_path.iterdir())

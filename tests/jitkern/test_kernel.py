@@ -1,0 +1,78 @@
+"""The kernel model on jitkern's example kernel, under the interpreter."""
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from jitkern import JitKernel, WarmupMismatch, key_name, registry
+from jitkern.examples.axpy import AxpyKernel, axpy
+
+
+@pytest.mark.parametrize("n", [1, 7, 1024, 3001])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_axpy_matches_reference_and_writes_every_element(n, dtype):
+    x, y = torch.randn(n + 1, dtype=dtype)[1:], torch.randn(n, dtype=dtype)  # x unaligned
+    out = torch.full((n,), float("nan"), dtype=dtype)
+    axpy(x, y, -0.75, out=out)
+    expected = (-0.75 * x.float() + y.float()).to(dtype)
+    # float32 is exact; a bf16 store may land one bf16 step away (the interpreter's
+    # rounding of bf16 differs from torch's), never more.
+    one_step = 0 if dtype == torch.float32 else 2**-7
+    assert not out.isnan().any()
+    torch.testing.assert_close(out, expected, rtol=one_step, atol=0)
+
+
+def test_axpy_rejects_bad_inputs_by_name():
+    x = torch.randn(8)
+    with pytest.raises(ValueError, match="y: expected"):
+        axpy(x, torch.randn(9), 1.0)
+    with pytest.raises(ValueError, match="x: dtype"):
+        axpy(torch.zeros(8, dtype=torch.int32), torch.zeros(8, dtype=torch.int32), 1.0)
+    with pytest.raises(ValueError, match="out: must be contiguous"):
+        axpy(x, x, 1.0, out=torch.empty(16)[::2])
+
+
+def test_kernels_are_singletons_and_registered_by_name():
+    assert AxpyKernel() is AxpyKernel()
+    assert registry.get_kernel("jitkern.example.axpy") is AxpyKernel()
+    with pytest.raises(registry.UnknownKernel, match="unknown kernel 'nope'"):
+        registry.get_kernel("nope")
+
+
+def test_every_warmup_key_round_trips_through_the_launch_path():
+    kernel = AxpyKernel()
+    for key in kernel.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=[256, 1024], unaligned=True):
+        assert kernel.launch_spec(**kernel.warmup_inputs(key)).key == key
+    assert key_name(key).startswith("dtype=bfloat16,block_size=1024,n_elements=17")
+
+
+def test_warmup_inputs_that_disagree_with_dispatch_are_caught():
+    class Drifted(AxpyKernel):
+        def warmup_inputs(self, key):
+            inputs = super().warmup_inputs(key)
+            inputs["block_size"] = key.block_size * 2  # not what the key names
+            return inputs
+
+    kernel = Drifted()
+    key = kernel.get_warmup_keys(dtypes=["float32"])[0]
+    with pytest.raises(WarmupMismatch, match="dispatches to"):
+        kernel.compile(key)
+
+
+def test_kernel_classes_must_declare_a_frozen_key_and_a_unique_name():
+    with pytest.raises(TypeError, match="frozen"):
+        class Unfrozen(JitKernel):
+            name = "tests.unfrozen"
+
+            @dataclass
+            class CompileKey:
+                a: int
+
+    with pytest.raises(ValueError, match="taken"):
+        class Impostor(JitKernel):
+            name = "jitkern.example.axpy"
+
+            @dataclass(frozen=True)
+            class CompileKey:
+                a: int
