@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
-from jitkern import registry
+from jitkern import registry, settings
 from jitkern.settings import interpreting
 
 CompileKeyT = TypeVar("CompileKeyT")
@@ -147,11 +147,33 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return type(self).__call__.launch_spec(self, **inputs)
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
+        """Launch through the key's binary directly when it fits, else through Triton."""
+        direct = self._direct_launches.get(spec.key)
+        if direct is not None and direct.launch(spec):
+            return
         active_launch.kernel, active_launch.key = self, spec.key
         try:
-            self.kernel.run(grid=spec.grid, warmup=False, **spec.kwargs)
+            binary = self.kernel.run(grid=spec.grid, warmup=False, **spec.kwargs)
         finally:
             active_launch.kernel = active_launch.key = None
+        if direct is None and binary is not None:
+            self._prepare_direct_launch(spec, binary)
+
+    def forget_binaries(self) -> None:
+        """Drop every binary this process holds for the kernel (tests start clean)."""
+        self.kernel.device_caches.clear()
+        self._direct_launches.clear()
+
+    @property
+    def _direct_launches(self) -> dict[Any, "DirectLaunch"]:
+        launches = self.__dict__.get("_direct")
+        if launches is None:
+            launches = self.__dict__["_direct"] = {}
+        return launches
+
+    def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
+        if settings.current().direct_launch and not interpreting():
+            self._direct_launches[spec.key] = DirectLaunch(self.kernel, spec, binary)
 
     def compile(self, key: CompileKeyT) -> Any:
         """Compile ``key`` through the launch path; nothing runs. None when interpreting."""
@@ -164,6 +186,65 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             return None
         active_launch.kernel, active_launch.key = self, key
         try:
-            return self.kernel.warmup(grid=(1,), **spec.kwargs)
+            binary = self.kernel.warmup(grid=(1,), **spec.kwargs)
         finally:
             active_launch.kernel = active_launch.key = None
+        if not _compiling_only():
+            self._prepare_direct_launch(spec, binary)
+        return binary
+
+
+def _compiling_only() -> bool:
+    from triton.runtime.driver import driver
+
+    from jitkern.targets import CompileOnlyDriver
+
+    return type(driver.active) is CompileOnlyDriver
+
+
+class DirectLaunch:
+    """One key's binary, launched without Triton's per-call option parsing and lookup.
+
+    Triton's ``kernel[grid](...)`` re-reads its settings, rebuilds a cache key string
+    and walks its hooks on every launch. Here that is done once per key. Per launch,
+    Triton's own native binder still specialises the arguments (dtypes, 16-byte
+    alignment, integer classes), and the launch goes through only if that equals the
+    specialisation the binary was built for: a call outside it returns False and takes
+    Triton's normal path, where the guard sees it. Launches use the current stream, so
+    they are captured by CUDA graphs; Triton's launch hooks fire as usual.
+    """
+
+    __slots__ = ("binder", "specialization", "binary", "device", "knobs")
+
+    def __init__(self, jit_function: Any, spec: LaunchSpec, binary: Any):
+        import triton
+        from triton.runtime.driver import driver
+
+        self.device = driver.active.get_current_device()
+        self.binder = jit_function.device_caches[self.device][4]
+        _bound, self.specialization, _options = self.binder(**spec.kwargs)
+        binary._init_handles()  # load onto the GPU now, not on the first request
+        self.binary = binary
+        self.knobs = triton.knobs.runtime
+
+    def launch(self, spec: LaunchSpec) -> bool:
+        from triton.runtime.driver import driver
+
+        bound, specialization, _options = self.binder(**spec.kwargs)
+        if specialization != self.specialization:
+            return False
+        active = driver.active
+        device = active.get_current_device()
+        if device != self.device:
+            return False
+        stream = active.get_current_stream(device)
+        grid = spec.grid
+        binary = self.binary
+        args = bound.values()
+        enter_hook, exit_hook = self.knobs.launch_enter_hook, self.knobs.launch_exit_hook
+        metadata = binary.launch_metadata(grid, stream, *args) if enter_hook is not None else None
+        binary.run(
+            grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+            stream, binary.function, binary.packed_metadata, metadata, enter_hook, exit_hook, *args,
+        )
+        return True

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jitkern.compile import CACHED, COMPILED, FAILED, CompileOutcome, compile_tasks, default_jobs, is_cached, tasks_for
-from jitkern.kernel import key_fields
+from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
 from jitkern.settings import interpreting
 from jitkern.targets import local_target, parse_target, target_name
@@ -83,6 +83,49 @@ def run_check(plan: Plan, progress: bool = True) -> list[str]:
         bar.update(1)
     bar.close()
     return missing
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    kernel: str
+    binaries: int
+    seconds: float
+
+
+def load(manifest_paths: list[str]) -> list[LoadedKernel]:
+    """Warm start: load every binary of the manifests into this process, compiling nothing.
+
+    Each key is taken from Triton's cache onto this machine's GPU and its direct launch
+    prepared, so the first request launches at full speed. A key missing from the cache
+    raises ``MissingBinary`` naming it (run ``python -m jitkern.warmup`` first).
+    """
+    from jitkern import hooks
+
+    plan, _note = resolve(manifest_paths, target=None)
+    if interpreting():
+        return []
+    fresh: list[str] = []
+
+    def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
+        if not cache_hit:
+            fresh.append(getattr(src, "name", str(src)))
+
+    from jitkern import registry
+
+    loaded: dict[str, LoadedKernel] = {}
+    with hooks.watching(on_compile=on_compile):
+        for name, key in plan.entries:
+            start = time.perf_counter()
+            registry.get_kernel(name).compile(key)
+            if fresh:
+                raise MissingBinary(f"{name}[{key_name(key)}] was not in the cache and had to be compiled")
+            previous = loaded.get(name, LoadedKernel(name, 0, 0.0))
+            loaded[name] = LoadedKernel(name, previous.binaries + 1, previous.seconds + time.perf_counter() - start)
+    return list(loaded.values())
+
+
+class MissingBinary(RuntimeError):
+    pass
 
 
 def summarise(outcomes: list[CompileOutcome]) -> list[dict[str, Any]]:
@@ -145,9 +188,23 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="compile nothing; fail naming each key not in the cache")
     mode.add_argument("--list", action="store_true", help="print every key, one a line, and the count")
+    mode.add_argument("--load", action="store_true",
+                      help="warm start: load every binary from the cache onto this GPU (compiling nothing) and time it")
     parser.add_argument("--report", type=Path, help="also write the summary as JSON to this file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _print_load(manifest_paths: list[str]) -> int:
+    try:
+        loaded = load(manifest_paths)
+    except MissingBinary as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for row in loaded:
+        print(f"{row.kernel}: {row.binaries} binaries loaded in {row.seconds * 1e3:.1f} ms "
+              f"({row.seconds * 1e3 / max(row.binaries, 1):.2f} ms each)")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}[{','.join(f'{k}={v}' for k, v in key_fields(key).items())}]")
         print(f"{len(plan.entries)} keys")
         return 0
+    if args.load:
+        return _print_load(args.manifests)
     if interpreting():
         print("TRITON_INTERPRET=1: kernels run on the CPU interpreter; there is nothing to compile.")
         return 0

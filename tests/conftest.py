@@ -59,6 +59,6 @@ def dry_run_gpu(triton_cache):
     from jitkern.testing import dry_run_gpu
 
     for name in registry.kernel_names():
-        registry.get_kernel(name).kernel.device_caches.clear()
+        registry.get_kernel(name).forget_binaries()
     with dry_run_gpu("cuda:90"):
         yield
