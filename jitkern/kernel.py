@@ -16,6 +16,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
+from triton.runtime.driver import driver as _triton_driver
+
 from jitkern import registry, settings
 from jitkern.settings import interpreting
 
@@ -26,12 +28,13 @@ class WarmupMismatch(RuntimeError):
     """``warmup_inputs(key)`` produced a launch whose key is not ``key``."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LaunchSpec(Generic[CompileKeyT]):
     """What one launch needs: the grid, the kernel's keyword arguments, the key.
 
     ``kwargs`` holds every argument of the ``@triton.jit`` function by name, plus
     Triton launch options (``num_warps``, ...). ``result`` is what the call returns.
+    Not frozen: it is built on every launch, and a frozen dataclass costs twice as much.
     """
 
     grid: tuple[int, ...]
@@ -69,6 +72,8 @@ class JitKernel(Generic[CompileKeyT]):
 
     Subclasses set ``name`` (the stable registry name used by manifests) and a nested
     ``CompileKey``, and implement ``dispatch``, ``get_warmup_keys`` and ``compile``.
+    ``dispatch`` must be a pure function of hashable arguments: it is memoised, since it
+    runs on every launch and building a frozen dataclass is the slow part.
     Each class has one instance (``Kernel()`` always returns it), so that what warmup
     loaded is what serving launches.
     """
@@ -80,6 +85,8 @@ class JitKernel(Generic[CompileKeyT]):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._instance = None
+        if "dispatch" in cls.__dict__:
+            cls.dispatch = _memoised(cls.__dict__["dispatch"])
         if "name" in cls.__dict__:
             key_class = getattr(cls, "CompileKey", None)
             if key_class is None or not dataclasses.is_dataclass(key_class):
@@ -91,6 +98,7 @@ class JitKernel(Generic[CompileKeyT]):
     def __new__(cls):
         if cls._instance is None:
             cls._instance = super().__new__(cls)
+            cls._instance._direct_launches = {}  # compile key -> DirectLaunch (TritonJitKernel)
         return cls._instance
 
     def dispatch(self, **values: Any) -> CompileKeyT:
@@ -111,6 +119,17 @@ class JitKernel(Generic[CompileKeyT]):
 
     def describe(self, key: CompileKeyT) -> str:
         return f"{self.name}[{key_name(key)}]"
+
+
+def _memoised(dispatch: Callable[..., Any]) -> Callable[..., Any]:
+    """``dispatch`` behind an LRU cache (C-implemented; bounded, as sizes vary)."""
+    cached = functools.lru_cache(maxsize=4096)(dispatch)
+
+    @functools.wraps(dispatch)
+    def memoised_dispatch(self, *args: Any, **values: Any) -> Any:
+        return cached(self, *args, **values)
+
+    return memoised_dispatch
 
 
 def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
@@ -142,9 +161,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """
         raise NotImplementedError
 
-    def launch_spec(self, **inputs: Any) -> LaunchSpec[CompileKeyT]:
+    def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec ``__call__`` would launch for these inputs, without launching."""
-        return type(self).__call__.launch_spec(self, **inputs)
+        return type(self).__call__.launch_spec(self, *args, **inputs)
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
         """Launch through the key's binary directly when it fits, else through Triton."""
@@ -163,13 +182,6 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """Drop every binary this process holds for the kernel (tests start clean)."""
         self.kernel.device_caches.clear()
         self._direct_launches.clear()
-
-    @property
-    def _direct_launches(self) -> dict[Any, "DirectLaunch"]:
-        launches = self.__dict__.get("_direct")
-        if launches is None:
-            launches = self.__dict__["_direct"] = {}
-        return launches
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
         if settings.current().direct_launch and not interpreting():
@@ -228,23 +240,17 @@ class DirectLaunch:
         self.knobs = triton.knobs.runtime
 
     def launch(self, spec: LaunchSpec) -> bool:
-        from triton.runtime.driver import driver
-
         bound, specialization, _options = self.binder(**spec.kwargs)
-        if specialization != self.specialization:
-            return False
-        active = driver.active
+        active = _triton_driver.active
         device = active.get_current_device()
-        if device != self.device:
+        if specialization != self.specialization or device != self.device:
             return False
         stream = active.get_current_stream(device)
-        grid = spec.grid
-        binary = self.binary
-        args = bound.values()
-        enter_hook, exit_hook = self.knobs.launch_enter_hook, self.knobs.launch_exit_hook
+        grid, binary, args = spec.grid, self.binary, bound.values()
+        enter_hook = self.knobs.launch_enter_hook
         metadata = binary.launch_metadata(grid, stream, *args) if enter_hook is not None else None
         binary.run(
             grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-            stream, binary.function, binary.packed_metadata, metadata, enter_hook, exit_hook, *args,
+            stream, binary.function, binary.packed_metadata, metadata, enter_hook, self.knobs.launch_exit_hook, *args,
         )
         return True

@@ -37,6 +37,9 @@ class CompileOnlyDriver(DriverBase):
     def __init__(self, target: GPUTarget):
         super().__init__()
         self.target = target
+        # Triton keeps its in-process binaries per device: a name per target keeps
+        # binaries of different targets (and of a real GPU) apart in one process.
+        self.device = f"compile-only:{target_name(target)}"
 
     @classmethod
     def is_active(cls) -> bool:
@@ -46,9 +49,7 @@ class CompileOnlyDriver(DriverBase):
         return self.target
 
     def get_current_device(self) -> str:
-        # Triton keeps its in-process binaries per device: a name per target keeps
-        # binaries of different targets (and of a real GPU) apart in one process.
-        return f"compile-only:{target_name(self.target)}"
+        return self.device
 
     def get_current_stream(self, device: str | None = None) -> int:
         return 0

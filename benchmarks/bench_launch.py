@@ -1,0 +1,124 @@
+"""Host cost of one launch, for every shipped kernel, three ways, in one run.
+
+    python benchmarks/bench_launch.py [--launches 200] [--repeats 30] [--dry-run]
+
+(a) jitkern: the kernel's public call (builds the LaunchSpec, then the direct launch);
+(b) Triton: ``kernel[grid](**kwargs)`` with the same arguments;
+(c) bare: the compiled launcher (``CompiledKernel.run``) with the arguments pre-bound.
+Each is the median over ``--repeats`` of the mean host time of ``--launches`` launches.
+Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
+DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
+through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def record_calls(drive: Callable[[], None]):
+    """Run ``drive`` and return the first call of each kernel class: (kernel, args, kwargs)."""
+    from jitkern import registry
+    from jitkern.kernel import TritonJitKernel
+
+    calls, originals = {}, {}
+    for name in registry.kernel_names():
+        cls = type(registry.get_kernel(name))
+        if issubclass(cls, TritonJitKernel) and cls not in originals:
+            originals[cls] = cls.__call__
+
+            def recording(self, *args, _original=cls.__call__, **kwargs):
+                calls.setdefault(self.name, (self, args, kwargs))
+                return _original(self, *args, **kwargs)
+
+            cls.__call__ = recording
+    try:
+        drive()
+    finally:
+        for cls, original in originals.items():
+            cls.__call__ = original
+    return calls
+
+
+def host_microseconds(launch: Callable[[], None], launches: int, repeats: int, sync: Callable[[], None]) -> float:
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(launches):
+            launch()
+        samples.append((time.perf_counter() - start) / launches * 1e6)
+    sync()
+    return statistics.median(samples)
+
+
+def three_ways(kernel, args, kwargs):
+    """The three launch callables for one recorded call."""
+    from triton.runtime.driver import driver
+
+    spec = kernel.launch_spec(*args, **kwargs)
+    kernel(*args, **kwargs)  # a first call prepares the direct launch
+    direct = kernel._direct_launches[spec.key]
+    binary = direct.binary
+    bound, _specialization, _options = direct.binder(**spec.kwargs)
+    bound_args = tuple(bound.values())
+    grid = tuple(spec.grid) + (1,) * (3 - len(spec.grid))
+    stream = driver.active.get_current_stream(driver.active.get_current_device())
+    jit_function = kernel.kernel
+
+    def via_jitkern():
+        kernel(*args, **kwargs)
+
+    def via_triton():
+        jit_function[spec.grid](**spec.kwargs)
+
+    def via_bare():
+        binary.run(grid[0], grid[1], grid[2], stream, binary.function, binary.packed_metadata, None, None, None,
+                   *bound_args)
+
+    return via_jitkern, via_triton, via_bare
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: host overheads through the dry-run driver")
+    args = parser.parse_args()
+
+    import contextlib
+
+    from benchmarks import launch_samples
+    from jitkern.testing import dry_run_gpu
+
+    device = "cpu" if args.dry_run else "cuda"
+    sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
+    with dry_run_gpu() if args.dry_run else contextlib.nullcontext():
+        calls = record_calls(lambda: launch_samples.drive_all(device))
+        rows = []
+        for name, (kernel, call_args, call_kwargs) in sorted(calls.items()):
+            ways = three_ways(kernel, call_args, call_kwargs)
+            jitkern_us, triton_us, bare_us = (host_microseconds(w, args.launches, args.repeats, sync) for w in ways)
+            rows.append((name, jitkern_us, triton_us, bare_us))
+        graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
+
+    header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"
+    print(header)
+    print("-" * len(header))
+    for name, jitkern_us, triton_us, bare_us in rows:
+        print(f"{name:38} {jitkern_us:10.2f} {triton_us:10.2f} {bare_us:8.2f} "
+              f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f}")
+    if graph_us is not None:
+        print(f"decode step (CUDA graph replay, GPU time): {graph_us:.2f} us")
+
+
+if __name__ == "__main__":
+    main()
