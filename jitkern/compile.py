@@ -22,22 +22,21 @@ from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import hooks, registry
 from jitkern.kernel import JitKernel, key_name
-from jitkern.targets import compile_only, parse_target, target_name
+from jitkern.targets import compile_only, parse_target
 
 COMPILED, CACHED, FAILED = "compiled", "cached", "failed"
 
 
 @dataclass(frozen=True)
 class CompileTask:
-    """One key to build: which kernel, which key, for which target (None: this GPU)."""
+    """One key to build: which kernel, which key, for which target (``cuda:90``)."""
 
     kernel_name: str
     key: Any
-    target: str | None
+    target: str
 
     def describe(self) -> str:
-        where = f" for {self.target}" if self.target else ""
-        return f"{self.kernel_name}[{key_name(self.key)}]{where}"
+        return f"{self.kernel_name}[{key_name(self.key)}] for {self.target}"
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ def compile_task(task: CompileTask) -> CompileOutcome:
 
     start = time.perf_counter()
     try:
-        with _for_target(task.target), hooks.watching(on_compile=on_compile):
+        with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
             kernel.compile(task.key)
     except Exception as error:  # the compiler's message is the useful part
         return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
@@ -82,7 +81,7 @@ def compile_tasks(
     by_task: dict[CompileTask, CompileOutcome] = {}
     with ProcessPoolExecutor(
         max_workers=min(jobs, len(tasks)),
-        mp_context=_worker_context(tasks),
+        mp_context=_worker_context(),
         initializer=registry.import_modules,
         initargs=(modules,),
     ) as pool:
@@ -94,20 +93,11 @@ def compile_tasks(
     return [by_task[task] for task in tasks]
 
 
-def _worker_context(tasks: list[CompileTask]):
-    """Fork when every task is for a named target (no GPU state to inherit), else spawn."""
-    if all(task.target for task in tasks) and "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
-
-
-@contextlib.contextmanager
-def _for_target(target: str | None) -> Iterator[None]:
-    if target is None:
-        yield
-    else:
-        with compile_only(parse_target(target)):
-            yield
+def _worker_context():
+    """Fork where possible: workers start at once with every module imported, and they
+    only compile through the compile-only driver, never touching a GPU the parent holds."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method)
 
 
 def _one_error(error: Exception) -> str:
@@ -125,7 +115,7 @@ class _Probe(Exception):
         self.present = present
 
 
-def is_cached(kernel: JitKernel, key: Any, target: str | None) -> bool:
+def is_cached(kernel: JitKernel, key: Any, target: str) -> bool:
     """Whether Triton's cache holds ``key``'s binary for ``target``; compiles nothing.
 
     Runs the kernel's warmup through Triton's own binding and specialisation, and stops
@@ -133,7 +123,8 @@ def is_cached(kernel: JitKernel, key: Any, target: str | None) -> bool:
     options it would compile with, from which the on-disk cache key follows exactly as
     ``triton.compile`` computes it.
     """
-    with _for_target(target), hooks.watching(on_cache_miss=_probe_cache), _fresh_in_process_cache(kernel):
+    with compile_only(parse_target(target)), hooks.watching(on_cache_miss=_probe_cache), \
+            _fresh_in_process_cache(kernel):
         try:
             kernel.compile(key)
         except _Probe as probe:
@@ -180,7 +171,7 @@ def _fresh_in_process_cache(kernel: JitKernel) -> Iterator[None]:
         jit_function.device_caches = saved
 
 
-def tasks_for(entries: Iterable[tuple[str, Any]], targets: list[str | None]) -> list[CompileTask]:
+def tasks_for(entries: Iterable[tuple[str, Any]], targets: list[str]) -> list[CompileTask]:
     """One task per (kernel, key) and target, duplicates dropped, order kept."""
     return list(dict.fromkeys(CompileTask(name, key, target) for target in targets for name, key in entries))
 
@@ -190,4 +181,4 @@ def default_jobs() -> int:
 
 
 __all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "is_cached", "tasks_for",
-           "target_name", "default_jobs", "COMPILED", "CACHED", "FAILED"]
+           "default_jobs", "COMPILED", "CACHED", "FAILED"]

@@ -10,16 +10,13 @@
 - ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
   nothing (for testing hooks and launch paths in CI).
 
-Also a pytest plugin (entry point ``jitkern``): the fixture ``assert_no_compile`` runs
-the test body inside ``assert_no_compile()``.
+The pytest fixture ``assert_no_compile`` lives in ``jitkern.pytest_plugin``.
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterator
-
-import pytest
 
 from jitkern import hooks
 from jitkern.guard import describe_miss
@@ -158,10 +155,3 @@ def dry_run_gpu(target: str = "cuda:90") -> Iterator[None]:
         yield
     finally:
         driver._active = previous
-
-
-@pytest.fixture(name="assert_no_compile")
-def _assert_no_compile_fixture():
-    """Run the test body inside ``assert_no_compile()``."""
-    with assert_no_compile() as problems:
-        yield problems

@@ -35,7 +35,7 @@ class Plan:
 
     manifests: list[LoadedManifest]
     entries: list[tuple[str, Any]]
-    targets: list[str | None]  # None: this machine's GPU
+    targets: list[str]
     modules: list[str]
 
     def tasks(self):
@@ -50,11 +50,13 @@ def resolve(manifest_paths: list[str], target: str | None) -> tuple[Plan, str]:
     ))
     modules = list(dict.fromkeys(module for loaded in manifests for module in loaded.manifest.modules))
     if target is not None:
-        targets: list[str | None] = [target_name(parse_target(target))]
+        targets = [target_name(parse_target(target))]
         note = f"compiling for {targets[0]} (no GPU needed)"
     elif (here := local_target()) is not None:
-        targets = [None]
-        note = f"compiling for this machine's GPU ({target_name(here)})"
+        # Compiled through the same compile-only driver as a named target: the cache
+        # entries are those this GPU looks up, and workers can fork without GPU state.
+        targets = [target_name(here)]
+        note = f"compiling for this machine's GPU ({targets[0]})"
     else:
         targets = list(dict.fromkeys(t for loaded in manifests for t in loaded.manifest.targets))
         note = f"no GPU here: compiling for the manifests' targets {', '.join(targets)} (no GPU needed)"
@@ -145,7 +147,7 @@ def report(outcomes: list[CompileOutcome], wall_seconds: float, plan: Plan) -> d
     """The JSON written by ``--report``: the table, each failure, and the wall time."""
     return {
         "manifests": [str(loaded.path) for loaded in plan.manifests],
-        "targets": [target or "local" for target in plan.targets],
+        "targets": plan.targets,
         "wall_seconds": round(wall_seconds, 3),
         "kernels": [dict(row, seconds=round(row["seconds"], 3)) for row in summarise(outcomes)],
         "failures": [

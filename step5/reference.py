@@ -40,11 +40,11 @@ def summarize_regions(key: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """
     key = key.to(torch.float32)
     z = z.to(torch.float32)
-    regions = key.shape[0]
-    neg_inf = torch.tensor(float("-inf"))
-    m = torch.full((regions, 1), float("-inf"))
-    num = torch.zeros(regions, DIM)
-    den = torch.zeros(regions, DIM)
+    regions, device = key.shape[0], key.device
+    neg_inf = float("-inf")
+    m = torch.full((regions, 1), neg_inf, device=device)
+    num = torch.zeros(regions, DIM, device=device)
+    den = torch.zeros(regions, DIM, device=device)
     for t in range(key.shape[1]):
         z_t = z[:, t]
         m_new = torch.maximum(m, z_t.max(dim=1, keepdim=True).values)

@@ -25,10 +25,31 @@ def _bf16_to_f32(x):
     return (x.to(tl.uint16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
 
 
+# Only Triton builtins below, no ``tl.standard`` helpers (``tl.max``, ``tl.zeros``): those
+# are decorated when triton is first imported, and a pytest plugin importing triton before
+# TRITON_INTERPRET is set leaves them compiled-mode functions the interpreter cannot call.
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _row_max(z):
+    """max_d z[d], a scalar."""
+    return tl.reduce(z, 0, _max_combine)
+
+
 @triton.jit
 def _neg_inf():
     """A float32 scalar -inf, the running maximum before any row."""
-    return tl.max(tl.full((2,), float("-inf"), tl.float32), 0)
+    return _row_max(tl.full((2,), float("-inf"), tl.float32))
+
+
+@triton.jit
+def _zeros():
+    return tl.full((256,), 0.0, tl.float32)
 
 
 @triton.jit
@@ -39,7 +60,7 @@ def _accumulate(num, den, m, key, z):
     w = exp(z - m_new)  (0 everywhere when m_new is -inf);  num = num*alpha + w*key;
     den = den*alpha + w. Kernels calling this compile with enable_fp_fusion=False: no FMA.
     """
-    m_new = tl.maximum(m, tl.max(z, 0))
+    m_new = tl.maximum(m, _row_max(z))
     alpha = tl.where(m == float("-inf"), 0.0, tl.exp(m - m_new))
     w = tl.where(m_new == float("-inf"), 0.0, tl.exp(z - m_new))
     num = num * alpha + w * key

@@ -30,14 +30,16 @@ def check_rows(key, z) -> int:
     return key.shape[0]
 
 
-def check_index(name: str, tensor, tokens: int | None) -> None:
-    """A 1-D int32/int64 tensor, with ``tokens`` entries when that is given."""
+def check_index(name: str, tensor, tokens: int | None, strided: bool = False) -> None:
+    """A 1-D int32/int64 tensor, with ``tokens`` entries when that is given; contiguous
+    unless ``strided`` (only ``positions`` may be a strided view: the kernels take its stride)."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype not in INDEX_DTYPES or tensor.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor, got {_describe(tensor)}")
     if tokens is not None and tensor.shape[0] != tokens:
         raise ValueError(f"{name}: {tensor.shape[0]} entries, but key has {tokens} tokens")
-    if tensor.dim() == 1 and tensor.shape[0] > 1 and tensor.stride(0) <= 0:
-        raise ValueError(f"{name}: stride {tensor.stride(0)} is not positive")
+    if tensor.shape[0] > 1 and (tensor.stride(0) <= 0 if strided else tensor.stride(0) != 1):
+        raise ValueError(f"{name}: stride {tensor.stride(0)} not supported; expected "
+                         f"{'a positive stride' if strided else 'a contiguous tensor'}")
 
 
 def check_mean(mean) -> None:

@@ -35,6 +35,7 @@ from step5.ops._summary_math import (
     _ring_row,
     _row_pointers,
     _store_summary,
+    _zeros,
 )
 from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
 
@@ -117,8 +118,8 @@ def _update_decode_kernel(
     z = tl.load(z_ptr)
     if (slot >= 0) & (base >= 0) & (position >= 0):
         if position % 8 == 7:
-            num = tl.zeros((256,), tl.float32)
-            den = tl.zeros((256,), tl.float32)
+            num = _zeros()
+            den = _zeros()
             m = _neg_inf()
             for i in tl.static_range(7):
                 row = _ring_row(Ring, base, position - 7 + i, RING_CAPACITY)
@@ -312,8 +313,8 @@ def _prefill_summary_kernel(
         position = tl.load(Positions + token * positions_stride).to(tl.int64)
         if base >= 0:
             dim = tl.arange(0, 256)
-            num = tl.zeros((256,), tl.float32)
-            den = tl.zeros((256,), tl.float32)
+            num = _zeros()
+            den = _zeros()
             m = _neg_inf()
             for i in tl.static_range(8):
                 from_ring = i < ring_rows
@@ -485,8 +486,8 @@ def _update_verify_kernel(
         z = tl.load(z_ptr, mask=present)
         if (slot >= 0) & (base >= 0) & (position >= 0):
             if position % 8 == 7:
-                num = tl.zeros((256,), tl.float32)
-                den = tl.zeros((256,), tl.float32)
+                num = _zeros()
+                den = _zeros()
                 m = _neg_inf()
                 for i in tl.static_range(7):
                     if i >= 7 - j:  # position p-7+i is token j-7+i of this step
@@ -603,8 +604,9 @@ def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
     tokens = check_rows(key, z)
-    for name, tensor in (("slots", slots), ("positions", positions), ("ring_base", ring_base)):
-        check_index(name, tensor, tokens)
+    check_index("slots", slots, tokens)
+    check_index("positions", positions, tokens, strided=True)
+    check_index("ring_base", ring_base, tokens)
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=0)
     check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean, ring=ring)
@@ -624,7 +626,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
     tokens = slots.shape[0]
     check_index("slots", slots, tokens)
-    check_index("positions", positions, tokens)
+    check_index("positions", positions, tokens, strided=True)
     check_index("owners", owners, tokens)
     check_index("query_start_loc", query_start_loc, None)
     if query_start_loc.shape[0] < 1:
@@ -648,8 +650,9 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
             or metadata.shape[1] != GROUP_COLUMNS or not metadata.is_contiguous():
         raise ValueError("metadata: expected the contiguous int32 [groups, 3] tensor of build_prefill_groups, got "
                          f"{getattr(metadata, 'dtype', type(metadata))} {tuple(getattr(metadata, 'shape', ()))}")
-    for name, tensor in (("positions", positions), ("ring_base", ring_base), ("ring_slots", ring_slots)):
-        check_index(name, tensor, tokens)
+    check_index("positions", positions, tokens, strided=True)
+    check_index("ring_base", ring_base, tokens)
+    check_index("ring_slots", ring_slots, tokens)
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=0)
     check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,

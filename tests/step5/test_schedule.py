@@ -1,0 +1,209 @@
+"""A whole serving schedule per shipped deployment, checked after every step.
+
+Requests arrive and finish; prompts are prefilled in chunks of random lengths, mixed with
+decode tokens of other requests in the same (prefill-path) batch; pure decode steps and
+speculative verify steps with random acceptance follow, with CUDA-graph padding. After
+every step the spec's invariant must hold: the summary of every region closed by
+accepted tokens equals the reference summary of the accepted rows, and the ring holds
+the accepted rows of every open region. Every launch's key must be one the
+deployment's manifest enumerates (cache hits after warmup). A compiled-mode test
+compiles the manifests for cuda:90 and checks the same launches at Triton's level.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitkern.manifest import load_manifest, manifest_keys
+from jitkern.testing import missing_from, record_launches
+from step5 import Step5CSATailRing, Step5SparseSummaryCache
+from step5.ops.summary_update import build_prefill_groups
+from step5.reference import ReferenceSchedule, assert_summaries_close, gather_summaries
+from step5_testing import BlockTables, poisoned_mean, random_rows
+
+MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").glob("step5-*.json"))
+
+
+def deployment(path: Path) -> tuple[int, int, int]:
+    """(block size, draft tokens, ring capacity) of a manifest, read from its entries."""
+    configs = {entry["kernel"]: entry["config"] for entry in json.loads(path.read_text())["kernels"]}
+    decode = configs["step5.update_decode"]
+    draft_tokens = configs.get("step5.update_verify", {}).get("draft_tokens", 0)
+    return decode["block_size"], draft_tokens, decode["ring_capacity"]
+
+
+class Schedule:
+    """The engine's side of the schedule: requests, their KV blocks and ring rows."""
+
+    def __init__(self, block_size: int, draft_tokens: int, capacity: int, max_requests: int = 5):
+        self.block_size, self.k = block_size, draft_tokens
+        self.tables = BlockTables(num_blocks=max_requests * (-(-200 // block_size) + 1), block_size=block_size)
+        self.ring = Step5CSATailRing(max_requests, 256, draft_tokens=draft_tokens, capacity=capacity)
+        self.ring.rows.fill_(-7.0)  # poison: rows nobody stored show up
+        self.cache = Step5SparseSummaryCache(poisoned_mean(len(self.tables.free), block_size, strided=True))
+        self.reference = ReferenceSchedule(block_size)
+        self.prompt: dict[int, int] = {}  # request -> prompt length (prefill until reached)
+        self.next_id = 0
+
+    # --- requests ------------------------------------------------------------------------
+
+    def arrive(self) -> None:
+        request = self.next_id
+        self.next_id += 1
+        self.ring.allocate(request)
+        self.reference.add(request, [])
+        self.prompt[request] = random.randint(9, 150)
+
+    def finish(self, request: int) -> None:
+        self.ring.free(request)
+        self.tables.give_back(self.reference.requests[request].block_table)
+        self.reference.remove(request)
+        del self.prompt[request]
+
+    def _slots(self, request: int, first: int, count: int) -> list[int]:
+        state = self.reference.requests[request]
+        while len(state.block_table) * self.block_size < first + count:
+            state.block_table += self.tables.take(1)
+        return [state.slot(p) for p in range(first, first + count)]
+
+    def length(self, request: int) -> int:
+        return self.reference.requests[request].length
+
+    def prefilling(self) -> list[int]:
+        return [r for r in self.prompt if self.length(r) < self.prompt[r]]
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def mixed_step(self) -> None:
+        """Chunked prefill and decode tokens in one batch, through the prefill path."""
+        requests = list(self.prompt)
+        random.shuffle(requests)
+        firsts = [self.length(r) for r in requests]
+        counts = [min(random.randint(1, 48), self.prompt[r] - self.length(r)) if r in self.prefilling() else 1
+                  for r in requests]
+        padding = random.choice([0, 3])
+        tokens = sum(counts) + padding
+        slots, positions, owners = [], [], []
+        for index, (request, first, count) in enumerate(zip(requests, firsts, counts)):
+            slots += self._slots(request, first, count)
+            positions += range(first, first + count)
+            owners += [index] * count
+        slots += [-1] * padding
+        positions += [0] * padding
+        owners += [0] * padding
+        starts = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
+        key, z = random_rows(tokens, "fused")
+        self.ring.prepare(requests, firsts, counts, num_tokens=tokens)
+        slots_t, positions_t = torch.tensor(slots), torch.tensor(positions)
+        groups = build_prefill_groups(slots_t, positions_t, torch.tensor(owners, dtype=torch.int32), starts)
+        self.cache.update_prefill(key, z, groups, positions_t, self.ring)
+        for index, (request, count) in enumerate(zip(requests, counts)):
+            start = int(starts[index])
+            self.reference.requests[request].accept(key[start : start + count, 0], z[start : start + count, 0])
+
+    def decoding(self) -> list[int]:
+        return [r for r in self.prompt if self.length(r) >= self.prompt[r]]
+
+    def decode_step(self) -> None:
+        """One token for each request past its prompt (prefilling ones wait)."""
+        requests = self.decoding()
+        padding = random.choice([0, 2])
+        firsts = [self.length(r) for r in requests]
+        slots = [self._slots(r, p, 1)[0] for r, p in zip(requests, firsts)] + [-1] * padding
+        key, z = random_rows(len(slots), "contiguous")
+        self.ring.prepare(requests, firsts, [1] * len(requests), num_tokens=len(slots))
+        self.cache.update_decode(key, z, torch.tensor(slots), torch.tensor(firsts + [0] * padding), self.ring)
+        for index, request in enumerate(requests):
+            self.reference.requests[request].accept(key[index : index + 1, 0], z[index : index + 1, 0])
+
+    def verify_step(self) -> None:
+        """q = 1 + k tokens per request; a random number of them is accepted."""
+        q = 1 + self.k
+        requests = self.decoding()
+        firsts = [self.length(r) for r in requests]
+        slots = [s for r, p in zip(requests, firsts) for s in self._slots(r, p, q)] + [-1] * q  # a padding request
+        seq_lens = [p + q for p in firsts] + [0]
+        key, z = random_rows(len(slots), "fused")
+        self.ring.prepare(requests + [None], firsts + [0], [q] * (len(requests) + 1))
+        self.cache.update_verify(
+            key, z, torch.tensor(slots), torch.arange(len(seq_lens) + 1, dtype=torch.int32) * q,
+            torch.tensor(seq_lens, dtype=torch.int32), self.ring,
+        )
+        for index, request in enumerate(requests):
+            accepted = random.randint(1, q)
+            rows = slice(index * q, index * q + accepted)
+            self.reference.requests[request].accept(key[rows, 0], z[rows, 0])
+
+    # --- the invariant -------------------------------------------------------------------------
+
+    def check(self, step: int) -> None:
+        slots, expected = self.reference.expected()
+        assert_summaries_close(gather_summaries(self.cache.mean, slots), expected, f"step {step}: closed regions")
+        for request, state in self.reference.requests.items():
+            base = self.ring.base_of(request)
+            for position in range(state.length // 8 * 8, state.length):
+                row = self.ring.rows[base + position % self.ring.capacity]
+                assert torch.equal(row, torch.cat([state.key[position], state.z[position]])), (
+                    f"step {step}: ring row of request {request} position {position}"
+                )
+
+
+def run_schedule(schedule: Schedule, steps: int) -> list[str]:
+    kinds = []
+    for step in range(steps):
+        for request in list(schedule.prompt):
+            if request not in schedule.prefilling() and random.random() < 0.12:
+                schedule.finish(request)
+        if not schedule.prompt or (schedule.ring.live_requests < schedule.ring.max_requests and random.random() < 0.3):
+            schedule.arrive()
+        kind = "mixed"
+        if schedule.decoding() and random.random() < 0.6:
+            kind = random.choice(["decode", "verify"] if schedule.k else ["decode"])
+        getattr(schedule, f"{kind}_step")()
+        kinds.append(kind)
+        schedule.check(step)
+    return kinds
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.stem for p in MANIFESTS])
+def test_serving_schedule_keeps_the_invariant_and_hits_the_manifest(manifest):
+    block_size, draft_tokens, capacity = deployment(manifest)
+    schedule = Schedule(block_size, draft_tokens, capacity)
+    with record_launches() as launches:
+        kinds = run_schedule(schedule, steps=24)
+    assert "mixed" in kinds and "decode" in kinds and ("verify" in kinds or not draft_tokens), kinds
+    missing = missing_from(launches, manifest_keys(load_manifest(manifest)))
+    assert not missing, f"launches whose key {manifest.name} does not enumerate:\n  " + "\n  ".join(missing)
+    launched = {kernel.name for kernel, _ in launches}
+    assert {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.build_prefill_groups"} <= launched
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.stem for p in MANIFESTS])
+def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest, triton_cache):
+    """Compile every key for cuda:90 with no GPU; then, launching nothing, record a few steps
+    of each kind and check each launch looks up a binary that warmup built."""
+    from jitkern.targets import compile_only, parse_target
+    from jitkern.testing import uncovered_by_warmup
+
+    block_size, draft_tokens, capacity = deployment(manifest)
+    keys = manifest_keys(load_manifest(manifest))
+    schedule = Schedule(block_size, draft_tokens, capacity)
+    with record_launches(dry_run=True) as launches:
+        for _ in range(3):
+            schedule.arrive()
+        schedule.prompt[0] = 5  # one request decodes from the second step on
+        schedule.mixed_step()
+        schedule.decode_step()
+        if draft_tokens:
+            schedule.verify_step()
+    expected = {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.build_prefill_groups"}
+    assert expected | ({"step5.update_verify"} if draft_tokens else set()) == {k.name for k, _ in launches}
+    with compile_only(parse_target("cuda:90")):
+        uncovered = uncovered_by_warmup(launches, keys)
+    assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
