@@ -39,7 +39,8 @@ print(f"RESULT {{(loaded - start) * 1e3:.2f}} {{(t1 - t0) * 1e3:.3f}} {{(t2 - t1
 
 
 def run(command, cache_dir, **kwargs):
-    environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=str(REPO), TRITON_INTERPRET="0")
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=python_path, TRITON_INTERPRET="0")
     return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, check=True, **kwargs)
 
 

@@ -1,10 +1,19 @@
-"""Small, realistic calls of every shipped kernel, for launch-cost benchmarks and checks."""
+"""Small, realistic calls of every shipped kernel, for launch-cost benchmarks and checks.
+
+``drive_all(device)`` calls each public function once with deployment-shaped inputs
+(batch 64 decode and verify, a 300-token prefill chunk); ``decode_step`` builds one decode
+step of every package for CUDA-graph timing.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from jitkern.examples.axpy import axpy
+from step5 import Step5CSATailRing
+from step5.ops import summary_update as step5_ops
+
+BATCH, SPAN, BLOCK_SIZE, DRAFT_TOKENS = 64, 512, 256, 3
 
 
 def drive_axpy(device: str) -> None:
@@ -12,5 +21,93 @@ def drive_axpy(device: str) -> None:
     axpy(x, torch.randn_like(x), 2.0)
 
 
+def _rows(tokens: int, device: str):
+    projection = torch.randn(tokens, 1, 512, device=device).to(torch.bfloat16)
+    return projection[:, :, :256], projection[:, :, 256:]
+
+
+def _step5_state(device: str):
+    ring = Step5CSATailRing(BATCH, 4096, draft_tokens=DRAFT_TOKENS, device=device)
+    for request in range(BATCH):
+        ring.allocate(request)
+    mean = torch.zeros(BATCH * SPAN // BLOCK_SIZE, BLOCK_SIZE // 8, 256, dtype=torch.uint8, device=device)
+    return ring, mean
+
+
+def step5_decode(device: str):
+    """Arguments of one ``update_decode`` at batch 64 (one token in eight closes a region)."""
+    ring, mean = _step5_state(device)
+    positions = torch.randint(0, SPAN, (BATCH,))
+    positions[::8] |= 7
+    ring.prepare(list(range(BATCH)), positions.tolist(), [1] * BATCH)
+    key, z = _rows(BATCH, device)
+    slots = (torch.arange(BATCH) * SPAN + positions).to(device)
+    return (key, z, slots, positions.to(device), ring.metadata().base[:BATCH], mean, ring.rows, ring.capacity)
+
+
+def drive_step5(device: str) -> None:
+    step5_ops.update_decode(*step5_decode(device))
+
+    ring, mean = _step5_state(device)
+    q = 1 + DRAFT_TOKENS
+    seq_lens = torch.randint(q, SPAN, (BATCH,), dtype=torch.int32)
+    ring.prepare(list(range(BATCH)), (seq_lens - q).tolist(), [q] * BATCH)
+    positions = ((seq_lens - q)[:, None] + torch.arange(q)).flatten()
+    key, z = _rows(BATCH * q, device)
+    slots = (torch.arange(BATCH).repeat_interleave(q) * SPAN + positions).to(device)
+    query_start_loc = (torch.arange(BATCH + 1, dtype=torch.int32) * q).to(device)
+    step5_ops.update_verify(key, z, slots, query_start_loc, seq_lens.to(device), ring.metadata().base[:BATCH * q],
+                            mean, ring.rows, ring.capacity)
+
+    ring, mean = _step5_state(device)
+    chunk = 300
+    ring.prepare([0], [0], [chunk])
+    positions = torch.arange(chunk, device=device)
+    slots = positions.clone()
+    owners = torch.zeros(chunk, dtype=torch.int32, device=device)
+    query_start_loc = torch.tensor([0, chunk], dtype=torch.int32, device=device)
+    metadata = step5_ops.build_prefill_groups(slots, positions, owners, query_start_loc)
+    key, z = _rows(chunk, device)
+    ring_metadata = ring.metadata()
+    step5_ops.update_prefill(key, z, metadata, positions, ring_metadata.base[:chunk],
+                             ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)
+
+
 def drive_all(device: str) -> None:
     drive_axpy(device)
+    drive_step5(device)
+
+
+def decode_step(device: str = "cuda"):
+    """One decode step of every package at batch 64, as a callable to capture in a graph."""
+    step5_args = step5_decode(device)
+
+    def step() -> None:
+        step5_ops.update_decode(*step5_args)
+
+    return step
+
+
+def decode_step_graph_microseconds(replays: int = 200) -> float:
+    """GPU time of one CUDA-graph replay of ``decode_step`` (median of event timings)."""
+    import statistics
+
+    step = decode_step()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            step()
+    samples = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / 10)
+    return statistics.median(samples)

@@ -28,7 +28,10 @@ class RatioLayout:
         return (2 if self.overlap else 1) * head_dim
 
 
-LAYOUTS = {4: RatioLayout(ratio=4, overlap=True, block_size=4), 128: RatioLayout(ratio=128, overlap=False, block_size=8)}
+LAYOUTS = {
+    4: RatioLayout(ratio=4, overlap=True, block_size=4),
+    128: RatioLayout(ratio=128, overlap=False, block_size=8),
+}
 
 FLOAT_DTYPE = torch.float32
 INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
@@ -90,9 +93,12 @@ def check_index_tensor(name: str, tensor: torch.Tensor, allowed: tuple[torch.dty
     """A 1-D, contiguous integer tensor of an allowed dtype."""
     _check_tensor(name, tensor)
     if tensor.dtype not in allowed:
-        raise ValueError(f"{name}: dtype must be one of {[dtype_name(d) for d in allowed]}, got {dtype_name(tensor.dtype)}")
+        names = [dtype_name(d) for d in allowed]
+        raise ValueError(f"{name}: dtype must be one of {names}, got {dtype_name(tensor.dtype)}")
     if tensor.dim() != 1 or (tensor.numel() > 1 and tensor.stride(0) != 1):
-        raise ValueError(f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}")
+        raise ValueError(
+            f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}"
+        )
 
 
 def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:

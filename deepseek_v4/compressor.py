@@ -400,7 +400,7 @@ def _check_values_on_host(state_cache, block_table, positions, req_indices, comp
         )
     window = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
     first_block = (positions[closing].long() - window + 1).clamp(min=0) // block_size
-    columns = torch.arange(block_table.shape[1])
+    columns = torch.arange(block_table.shape[1], device=block_table.device)
     used = (columns >= first_block[:, None]) & (columns <= last_block[:, None])
     blocks = block_table[requests][used]
     if int(blocks.min()) < 0 or int(blocks.max()) >= state_cache.shape[0]:

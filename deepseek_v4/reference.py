@@ -100,7 +100,7 @@ def compress_sequence_ref(
     entries (float32 ``[windows, head_dim]``); window ``n`` closes at ``n * ratio + ratio - 1``.
     """
     tokens = kv.shape[0]
-    positions = torch.arange(tokens)
+    positions = torch.arange(tokens, device=kv.device)
     states = score + ape[positions % compress_ratio]  # float32, as the store adds them
     closing = positions[(positions + 1) % compress_ratio == 0]
     entries = []
@@ -109,5 +109,5 @@ def compress_sequence_ref(
         kv_rows = torch.stack([kv[q, cols] for q, cols in rows])
         score_rows = torch.stack([states[q, cols] for q, cols in rows])
         entries.append(window_entry(kv_rows, score_rows))
-    entries = torch.stack(entries) if entries else torch.empty(0, head_dim)
+    entries = torch.stack(entries) if entries else torch.empty(0, head_dim, device=kv.device)
     return closing, entries

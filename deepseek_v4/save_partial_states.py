@@ -358,8 +358,9 @@ def save_partial_states(
 
 def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:
     """Slot and position checks that need the values: free on the CPU, a sync on a GPU."""
-    if int(positions.min()) < 0:
-        raise ValueError("positions: must be >= 0")
+    stored = slot_mapping >= 0  # padding tokens' positions are never read
+    if bool(stored.any()) and int(positions[stored].min()) < 0:
+        raise ValueError("positions: must be >= 0 (the kernel's % truncates, Python's floors)")
     slots = state_cache.shape[0] * block_size
     if int(slot_mapping.min()) < -1 or int(slot_mapping.max()) >= slots:
         raise ValueError(f"slot_mapping: slots must be -1 (padding) or in [0, {slots})")

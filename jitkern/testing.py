@@ -10,7 +10,7 @@
 - ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
   nothing (for testing hooks and launch paths in CI).
 
-The pytest fixture ``assert_no_compile`` lives in ``jitkern.pytest_plugin``.
+The pytest fixture ``assert_no_compile`` lives in the plugin package ``jitkern_pytest``.
 """
 
 from __future__ import annotations

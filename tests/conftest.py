@@ -1,12 +1,15 @@
-"""Two test modes, because Triton fixes its mode when kernels are decorated.
+"""Test modes, because Triton fixes its mode when kernels are decorated.
 
 - Default: kernels run on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``,
-  set here before any test module imports a kernel). Tests marked ``compiled`` are
-  deselected.
+  set here before any test module imports a kernel). Tests marked ``compiled`` or
+  ``gpu`` are deselected.
 - ``JITKERN_TEST_MODE=compiled``: only tests marked ``compiled`` run; they compile for
   ``cuda:90`` with no GPU (and "launch" through ``jitkern.testing.DryRunDriver``).
   ``tests/test_compiled_mode.py`` starts that run in a subprocess, so one ``pytest``
   command runs both.
+- ``JITKERN_TEST_MODE=gpu`` (on a machine with a GPU): the same reference tests as the
+  default mode, on CUDA tensors (torch's default device) with compiled kernels, plus the
+  tests marked ``gpu`` (CUDA graphs, no compiles after warmup).
 """
 
 import os
@@ -14,18 +17,34 @@ import random
 
 import pytest
 
-COMPILED_MODE = os.environ.get("JITKERN_TEST_MODE") == "compiled"
-os.environ["TRITON_INTERPRET"] = "0" if COMPILED_MODE else os.environ.get("TRITON_INTERPRET", "1")
+MODE = os.environ.get("JITKERN_TEST_MODE", "interpret")
+if MODE not in ("interpret", "compiled", "gpu"):
+    raise ValueError(f"JITKERN_TEST_MODE={MODE!r}: expected interpret, compiled or gpu")
+COMPILED_MODE = MODE == "compiled"
+os.environ["TRITON_INTERPRET"] = "1" if MODE == "interpret" else "0"
 
 import torch  # noqa: E402
+
+if MODE == "gpu":
+    torch.set_default_device("cuda")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "compiled: compiles for cuda:90 (runs in the compiled-mode subprocess)")
+    config.addinivalue_line("markers", "gpu: needs a GPU (JITKERN_TEST_MODE=gpu)")
+
+
+def _runs_in_this_mode(item) -> bool:
+    compiled, gpu = item.get_closest_marker("compiled"), item.get_closest_marker("gpu")
+    if MODE == "compiled":
+        return compiled is not None
+    if compiled is not None or item.path.name == "test_compiled_mode.py":
+        return False
+    return gpu is None or MODE == "gpu"
 
 
 def pytest_collection_modifyitems(config, items):
-    selected = [item for item in items if (item.get_closest_marker("compiled") is not None) == COMPILED_MODE]
+    selected = [item for item in items if _runs_in_this_mode(item)]
     deselected = [item for item in items if item not in selected]
     if deselected:
         config.hook.pytest_deselected(items=deselected)

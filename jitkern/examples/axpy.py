@@ -88,7 +88,8 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
         return LaunchSpec(
             grid=(triton.cdiv(n_elements, block_size),),
             kwargs=dict(
-                X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements, BLOCK_SIZE=block_size
+                X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements, BLOCK_SIZE=block_size,
+                enable_fp_fusion=False,  # alpha * x + y rounded twice, as PyTorch computes it
             ),
             key=self.dispatch(
                 dtype=x.dtype, n_elements=n_elements, block_size=block_size,

@@ -16,7 +16,7 @@ def test_axpy_matches_reference_and_writes_every_element(n, dtype):
     out = torch.full((n,), float("nan"), dtype=dtype)
     axpy(x, y, -0.75, out=out)
     expected = (-0.75 * x.float() + y.float()).to(dtype)
-    # float32 is exact; a bf16 store may land one bf16 step away (the interpreter's
+    # float32 is exact (no FMA); a bf16 store may land one bf16 step away (the interpreter's
     # rounding of bf16 differs from torch's), never more.
     one_step = 0 if dtype == torch.float32 else 2**-7
     assert not out.isnan().any()

@@ -1,7 +1,8 @@
 """The pytest plugin (entry point ``jitkern``): the fixture ``assert_no_compile``.
 
-It imports nothing of Triton at load time: pytest loads plugins before ``conftest.py``,
-and Triton must not be imported before a conftest sets ``TRITON_INTERPRET``.
+A package of its own, outside ``jitkern``, so that loading it imports neither jitkern nor
+Triton: pytest loads plugins before ``conftest.py``, and Triton must not be imported
+before a conftest sets ``TRITON_INTERPRET`` (its library functions are built for one mode).
 """
 
 import pytest

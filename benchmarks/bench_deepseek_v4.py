@@ -1,0 +1,297 @@
+"""DeepSeek V4 compressor states on the GPU: the store and the window compressor.
+
+    python benchmarks/bench_deepseek_v4.py [--quick] [--sweep]
+
+Measures, in one run:
+
+- the copy bandwidth of this GPU (a large device-to-device ``copy_``, bytes read plus
+  written), the ceiling of these memory-bound kernels;
+- ``save_partial_states`` at 1, 64, 1024 and 65536 tokens, head_dim 512 and 128 at
+  ratios 4 and 128;
+- ``compress_windows`` at 1024 and 65536 tokens (prefill-shaped: requests of 4096 tokens,
+  so one token in ``ratio`` closes a window), both ratios;
+
+each as GPU time (a CUDA graph of many launches: no host overhead, the median of
+``triton.testing.do_bench_cudagraph``), the bandwidth its bytes need, that bandwidth as a
+fraction of the copy bandwidth, the host-inclusive time of one call (``do_bench``), and
+the speed-up over eager PyTorch doing the same work (vectorised from the spec). Inputs
+rotate over enough copies to exceed L2, so small sizes are not served from cache.
+Before timing, each kernel's output is checked against the PyTorch version.
+
+``--sweep`` also times other ``num_warps`` (and ``BLOCK_D`` for the compressor) for the
+64K-token cases, to retune the choices in ``deepseek_v4/`` (compiles extra variants).
+Targets (issue): the store at 64K tokens >= 0.90 of copy bandwidth, the compressor at
+64K tokens >= 0.70 of the bandwidth its reads need. The table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench, do_bench_cudagraph
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deepseek_v4 import (  # noqa: E402
+    CompressWindowsKernel,
+    SavePartialStatesKernel,
+    compress_windows,
+    save_partial_states,
+)
+from deepseek_v4.common import LAYOUTS  # noqa: E402
+
+L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
+ROTATE_BYTES = 4 * L2_BYTES
+MAX_SETS = 64
+REQUEST_LEN = 4096
+DEVICE = "cuda"  # the input builders also run on the CPU, to test the PyTorch versions
+
+
+@dataclass
+class Row:
+    kernel: str
+    config: str
+    tokens: int
+    gpu_us: float
+    bytes: int
+    copy_gbs: float
+    call_us: float
+    torch_us: float
+
+    @property
+    def gbs(self) -> float:
+        return self.bytes / self.gpu_us / 1e3
+
+    def cells(self) -> list[str]:
+        return [self.kernel, self.config, f"{self.tokens}", f"{self.gpu_us:.2f}", f"{self.gbs:.0f}",
+                f"{self.gbs / self.copy_gbs:.2f}", f"{self.call_us:.1f}", f"{self.torch_us:.1f}",
+                f"{self.torch_us / self.gpu_us:.1f}x"]
+
+
+def gpu_us(fn) -> float:
+    """Median GPU time of one call, from a CUDA graph of many calls (no host overhead)."""
+    return do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
+
+
+def call_us(fn) -> float:
+    """Median time of one call as an engine without graphs sees it (host path included)."""
+    return do_bench(fn, warmup=10, rep=50, return_mode="median") * 1e3
+
+
+def rotating(make_set, bytes_per_call: int):
+    """A function cycling through copies of the inputs, so that they exceed L2."""
+    sets = [make_set() for _ in range(max(1, min(MAX_SETS, math.ceil(ROTATE_BYTES / max(bytes_per_call, 1)))))]
+    state = {"i": 0}
+
+    def next_set():
+        state["i"] = (state["i"] + 1) % len(sets)
+        return sets[state["i"]]
+
+    return sets, next_set
+
+
+def copy_bandwidth_gbs() -> float:
+    src = torch.empty(2**28, dtype=torch.float32, device=DEVICE)  # 1 GiB
+    dst = torch.empty_like(src)
+    seconds = do_bench(lambda: dst.copy_(src), warmup=5, rep=200, return_mode="median") / 1e3
+    return 2 * src.numel() * 4 / seconds / 1e9
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+def store_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
+    layout = LAYOUTS[ratio]
+    width, bs = layout.state_width(head_dim), layout.block_size
+    projection = torch.randn(tokens, 2 * width, device=DEVICE)
+    blocks = -(-tokens // bs)
+    block_order = torch.randperm(blocks, device=DEVICE)
+    q = torch.arange(tokens, device=DEVICE)
+    return dict(
+        kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(ratio, width, device=DEVICE),
+        positions=torch.randint(0, 1 << 20, (tokens,), device=DEVICE),
+        state_cache=torch.empty(blocks, bs, 2 * width, device=DEVICE),
+        slot_mapping=block_order[q // bs] * bs + q % bs, block_size=bs, state_width=width, compress_ratio=ratio,
+    )
+
+
+def store_bytes(tokens: int, head_dim: int, ratio: int) -> int:
+    """kv and score read, both halves written, positions and slots read (ape stays in L2)."""
+    width = LAYOUTS[ratio].state_width(head_dim)
+    return tokens * (4 * width * 4 + 2 * 8)
+
+
+def store_torch(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width, compress_ratio):
+    """The spec in eager PyTorch (no padding in these inputs, so no masking)."""
+    blocks, rows, head = slot_mapping // block_size, slot_mapping % block_size, kv.shape[1]
+    state_cache[blocks, rows, :head] = kv
+    state_cache[blocks, rows, state_width : state_width + head] = score + ape[positions % compress_ratio]
+
+
+def bench_store(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sweep: bool) -> list[Row]:
+    nbytes = store_bytes(tokens, head_dim, ratio)
+    sets, next_set = rotating(lambda: store_inputs(tokens, head_dim, ratio), nbytes)
+    check = sets[0]
+    save_partial_states(**check)
+    expected = check["state_cache"].clone()
+    store_torch(**{**check, "state_cache": expected})
+    assert torch.equal(check["state_cache"], expected), "store differs from PyTorch"
+
+    config = f"head{head_dim} r{ratio}"
+    rows = [Row("store", config, tokens, gpu_us(lambda: save_partial_states(**next_set())), nbytes, copy_gbs,
+                call_us(lambda: save_partial_states(**next_set())), gpu_us(lambda: store_torch(**next_set())))]
+    if sweep:
+        kernel = SavePartialStatesKernel()
+        for num_warps in (1, 2, 4, 8):
+            rows.append(Row("store", f"{config} warps={num_warps}", tokens,
+                            gpu_us(lambda: _raw_launch(kernel, next_set(), num_warps=num_warps)), nbytes, copy_gbs,
+                            float("nan"), rows[0].torch_us))
+    return rows
+
+
+def _raw_launch(kernel, inputs, **overrides):
+    """The kernel's own launch spec with some launch parameters replaced (sweeps only)."""
+    spec = kernel.launch_spec(**inputs)
+    kernel.kernel[spec.grid](**{**spec.kwargs, **overrides})
+
+
+# --- the compressor -------------------------------------------------------------------------
+
+
+def compressor_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
+    """Prefill-shaped: requests of REQUEST_LEN tokens (or one shorter one) at positions
+    0 .. len-1, their rows already in a cache whose blocks are shuffled."""
+    layout = LAYOUTS[ratio]
+    width, bs = layout.state_width(head_dim), layout.block_size
+    request_len = min(tokens, REQUEST_LEN)
+    requests = -(-tokens // request_len)
+    max_blocks = -(-request_len // bs)
+    block_table = torch.randperm(requests * max_blocks, device=DEVICE, dtype=torch.int32).view(requests, max_blocks)
+    token = torch.arange(tokens, device=DEVICE)
+    return dict(
+        state_cache=torch.randn(requests * max_blocks, bs, 2 * width, device=DEVICE),
+        block_table=block_table, positions=token % request_len, req_indices=token // request_len,
+        out=torch.empty(tokens, head_dim, device=DEVICE), compress_ratio=ratio, head_dim=head_dim, block_size=bs,
+    )
+
+
+def compressor_bytes(tokens: int, head_dim: int, ratio: int) -> int:
+    """Per window: its rows' kv and score columns (``2R`` rows of ``d`` at ratio 4, ``R``
+    at 128: the same bytes as ``R`` full rows) and its output; positions of every token."""
+    layout = LAYOUTS[ratio]
+    request_len = min(tokens, REQUEST_LEN)
+    full, rest = divmod(tokens, request_len)
+    windows = full * (request_len // ratio) + rest // ratio
+    rows = 2 * ratio if layout.overlap else ratio
+    return windows * (rows * 2 * head_dim * 4 + head_dim * 4) + tokens * 8
+
+
+def compressor_torch(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim, block_size,
+                     closing):
+    """The spec in eager PyTorch: gather each window's rows, softmax per dimension.
+    ``closing`` (the closing tokens) is computed on the host beforehand, to spare a sync."""
+    layout, d = LAYOUTS[compress_ratio], head_dim
+    width = layout.state_width(d)
+    p, r = positions[closing], req_indices[closing]
+    j = torch.arange(compress_ratio, device=positions.device)
+
+    def rows(q, columns):
+        valid = q >= 0
+        q = q.clamp(min=0)
+        slots = block_table[r[:, None], q // block_size].long() * block_size + q % block_size
+        data = state_cache[slots // block_size, slots % block_size]  # [windows, R, 2W]
+        score = data[..., width + columns : width + columns + d].masked_fill(~valid[..., None], float("-inf"))
+        return data[..., columns : columns + d], score
+
+    kv, score = rows(p[:, None] - compress_ratio + 1 + j, d if layout.overlap else 0)
+    if layout.overlap:
+        kv_prev, score_prev = rows(p[:, None] - 2 * compress_ratio + 1 + j, 0)
+        kv, score = torch.cat([kv_prev, kv], 1), torch.cat([score_prev, score], 1)
+    out[closing] = (torch.softmax(score, dim=1) * kv).sum(1)
+
+
+def bench_compressor(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sweep: bool) -> list[Row]:
+    nbytes = compressor_bytes(tokens, head_dim, ratio)
+
+    def make():
+        inputs = compressor_inputs(tokens, head_dim, ratio)
+        closing = ((inputs["positions"] + 1) % ratio == 0).nonzero().squeeze(1)
+        return inputs, closing
+
+    sets, next_set = rotating(make, nbytes)
+    inputs, closing = sets[0]
+    compress_windows(**inputs)
+    expected = torch.empty_like(inputs["out"])
+    compressor_torch(**{**inputs, "out": expected}, closing=closing)
+    got, want = inputs["out"][closing], expected[closing]
+    error = float((got - want).abs().max() / want.abs().max())
+    assert error < 1e-5, f"compressor differs from PyTorch: relative error {error:.2e}"
+
+    def kernel_call():
+        compress_windows(**next_set()[0])
+
+    def torch_call():
+        inputs, closing = next_set()
+        compressor_torch(**inputs, closing=closing)
+
+    config = f"head{head_dim} r{ratio}"
+    rows = [Row("compress", config, tokens, gpu_us(kernel_call), nbytes, copy_gbs, call_us(kernel_call),
+                gpu_us(torch_call))]
+    if sweep:
+        kernel = CompressWindowsKernel()
+        block_ds = (256, 512, 1024) if ratio == 4 else (16, 32, 64, 128)
+        for block_d in block_ds:
+            if block_d > triton.next_power_of_2(head_dim):
+                continue
+            for num_warps in (1, 2, 4, 8):
+                rows.append(Row("compress", f"{config} BLOCK_D={block_d} warps={num_warps}", tokens,
+                                gpu_us(lambda: _raw_launch(kernel, next_set()[0], num_warps=num_warps,
+                                                           BLOCK_D=block_d)),
+                                nbytes, copy_gbs, float("nan"), rows[0].torch_us))
+    return rows
+
+
+def print_table(rows: list[Row], copy_gbs: float) -> None:
+    header = ["kernel", "config", "tokens", "GPU us", "GB/s", "of copy", "call us", "torch us", "speed-up"]
+    cells = [header] + [row.cells() for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    print(f"\ncopy bandwidth (read + write): {copy_gbs:.0f} GB/s on {torch.cuda.get_device_name()}")
+    for line in cells:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="head_dim 512 only, fewer sizes")
+    parser.add_argument("--sweep", action="store_true", help="also time other num_warps / BLOCK_D at 64K tokens")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_deepseek_v4: needs a CUDA GPU")
+    torch.manual_seed(0)
+
+    head_dims = (512,) if args.quick else (512, 128)
+    store_tokens = (1, 1024, 65536) if args.quick else (1, 64, 1024, 65536)
+    compressor_tokens = (65536,) if args.quick else (1024, 65536)
+    copy_gbs = copy_bandwidth_gbs()
+    rows: list[Row] = []
+    for head_dim in head_dims:
+        for ratio in (4, 128):
+            for tokens in store_tokens:
+                rows += bench_store(tokens, head_dim, ratio, copy_gbs, args.sweep and tokens == 65536)
+                print(rows[-1].cells(), flush=True)
+    for head_dim in head_dims:
+        for ratio in (4, 128):
+            for tokens in compressor_tokens:
+                rows += bench_compressor(tokens, head_dim, ratio, copy_gbs, args.sweep and tokens == 65536)
+                print(rows[-1].cells(), flush=True)
+    print_table(rows, copy_gbs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Where the host time of one direct launch goes (micro-timings of its parts, on the GPU)."""
+
+import timeit
+
+import torch
+import triton
+from triton.runtime.driver import driver
+
+from jitkern.examples.axpy import AxpyKernel
+
+kernel = AxpyKernel()
+x = torch.randn(4096, device="cuda")
+y, out = torch.randn_like(x), torch.empty_like(x)
+kernel(x, y, out, 2.0)
+spec = kernel.launch_spec(x, y, out, 2.0)
+direct = kernel._direct_launches[spec.key]
+bound, specialization, _ = direct.binder(**spec.kwargs)
+args = tuple(bound.values())
+binary = direct.binary
+stream = driver.active.get_current_stream(0)
+N = 20000
+parts = {
+    "full call kernel(...)": lambda: kernel(x, y, out, 2.0),
+    "launch_spec(...)": lambda: kernel.launch_spec(x, y, out, 2.0),
+    "kernel.launch(spec)": lambda: kernel.launch(spec),
+    "direct.launch(spec)": lambda: direct.launch(spec),
+    "binder(**kwargs)": lambda: direct.binder(**spec.kwargs),
+    "driver.active.get_current_device()": lambda: driver.active.get_current_device(),
+    "driver.active.get_current_stream(0)": lambda: driver.active.get_current_stream(0),
+    "is_aligned(x)": lambda: x.data_ptr() % 16 == 0,
+    "x.numel()": lambda: x.numel(),
+    "dispatch (memoised)": lambda: kernel.dispatch(dtype=x.dtype, n_elements=4096, block_size=1024,
+                                                   x_aligned=True, y_aligned=True, out_aligned=True),
+    "bare binary.run": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata, None, None, None,
+                                          *args),
+    "triton kernel[grid]": lambda: kernel.kernel[spec.grid](**spec.kwargs),
+}
+for name, part in parts.items():
+    torch.cuda.synchronize()
+    print(f"{name:40} {timeit.timeit(part, number=N) / N * 1e6:7.2f} us")
+    torch.cuda.synchronize()
+
+# Where warm start goes: profile load() of the example manifest in this process.
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+
+from jitkern.warmup import load  # noqa: E402
+
+kernel.forget_binaries()
+profile = cProfile.Profile()
+profile.enable()
+loaded = load(["warmup_manifests/jitkern-example.json"])
+profile.disable()
+print(loaded)
+pstats.Stats(profile).sort_stats("cumulative").print_stats(18)

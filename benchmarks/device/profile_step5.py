@@ -1,0 +1,42 @@
+"""Per-kernel GPU time of the Step5 prefill (256K tokens) and decode (batch 1024), with
+``num_warps`` variants, to see where the time goes. Bypasses the keys on purpose."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import triton.testing  # noqa: E402
+
+from benchmarks.bench_step5 import Timer, bench_decode, bench_prefill  # noqa: E402
+from jitkern.testing import record_launches  # noqa: E402
+
+device = torch.device("cuda")
+timer = Timer(device, steps=20)
+captured = {}
+
+
+def capture_timer(fn, graph=True):
+    if "launches" not in captured:
+        with record_launches(dry_run=True) as launches:
+            fn()
+        captured["launches"] = launches
+    return 1.0
+
+
+for label, bench in (("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
+                     ("decode 1024", lambda t: bench_decode(1024, t, device))):
+    captured.clear()
+    try:
+        bench(capture_timer)
+    except Exception:
+        pass  # the baseline part needs real timings; the launches are captured by then
+    for kernel, spec in captured["launches"]:
+        for warps in (1, 2, 4, 8):
+            kwargs = dict(spec.kwargs, num_warps=warps)
+            launch = lambda: kernel.kernel[spec.grid](**kwargs)  # noqa: E731
+            launch()
+            graph_us = timer(launch)
+            print(f"{label:14} {kernel.name:28} grid {spec.grid[0]:>7} warps {warps}  {graph_us:8.2f} us"
+                  f"{'  (key default)' if warps == spec.kwargs.get('num_warps', 4) else ''}")

@@ -1,0 +1,110 @@
+"""The shipped DeepSeek V4 manifests: valid, complete for a deployment, compilable for sm_90.
+
+The step-sequence test checks that what serving launches is in the manifests; these
+check the manifests themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from dsv4_helpers import MANIFESTS, manifest_keys
+
+from jitkern.registry import get_kernel
+
+
+def test_manifests_exist_and_cover_both_kernels_head_dims_and_ratios():
+    assert MANIFESTS, "no warmup_manifests/deepseek_v4-*.json"
+    configs = set()
+    for path in MANIFESTS:
+        for entry in json.loads(path.read_text())["kernels"]:
+            configs.add((entry["kernel"], entry["config"]["head_dim"], entry["config"]["compress_ratio"]))
+    for kernel in ("deepseek_v4.save_partial_states", "deepseek_v4.compress_windows"):
+        for head_dim in (512, 128):
+            for ratio in (4, 128):
+                assert (kernel, head_dim, ratio) in configs
+
+
+def test_manifests_load_with_the_jitkern_loader():
+    """The loader validates each config against get_warmup_keys' annotations."""
+    manifest = pytest.importorskip("jitkern.manifest")
+    for path in MANIFESTS:
+        keys = manifest.manifest_keys(manifest.load_manifest(path))
+        assert {name: set(k) for name, k in keys.items()} == manifest_keys()
+
+
+def test_every_manifest_key_round_trips_through_its_warmup_inputs():
+    """``compile`` under the interpreter checks ``warmup_inputs(key)`` dispatches to ``key``."""
+    for name, keys in manifest_keys().items():
+        assert keys, name
+        for key in keys:
+            get_kernel(name).compile(key)
+
+
+@pytest.mark.compiled
+def test_manifest_compiles_for_cuda90_without_a_gpu(triton_cache):
+    from jitkern.targets import compile_only, parse_target
+
+    started = time.perf_counter()
+    compiled = 0
+    with compile_only(parse_target("cuda:90")):
+        for name, keys in manifest_keys().items():
+            kernel = get_kernel(name)
+            for key in keys:
+                binary = kernel.compile(key)
+                assert binary.metadata.num_warps == key.num_warps
+                assert binary.metadata.launch_pdl == key.launch_pdl
+                compiled += 1
+    print(f"compiled {compiled} deepseek_v4 keys for cuda:90 in {time.perf_counter() - started:.1f}s")
+
+
+def _deployment_calls(head_dim: int, ratio: int, index_dtype, table_width: int, tokens: int):
+    """Real (CPU) tensors shaped as serving passes them: views of one projection, a
+    contiguous cache and output, a block table ``table_width`` wide."""
+    import torch
+
+    from deepseek_v4.common import LAYOUTS
+
+    layout = LAYOUTS[ratio]
+    width, bs = layout.state_width(head_dim), layout.block_size
+    projection = torch.randn(tokens, 2 * width)
+    blocks = max(table_width, 2)
+    positions = torch.arange(ratio - tokens, ratio, dtype=index_dtype).clamp(min=0)  # the last closes a window
+    store = dict(kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(ratio, width),
+                 positions=positions, state_cache=torch.zeros(blocks, bs, 2 * width),
+                 slot_mapping=torch.arange(tokens, dtype=index_dtype), block_size=bs, state_width=width,
+                 compress_ratio=ratio)
+    block_table = torch.arange(table_width, dtype=torch.int32).repeat(2, 1) % blocks
+    compress = dict(state_cache=store["state_cache"], block_table=block_table, positions=positions,
+                    req_indices=torch.zeros(tokens, dtype=index_dtype), out=torch.empty(tokens, head_dim),
+                    compress_ratio=ratio, head_dim=head_dim, block_size=bs)
+    return store, compress
+
+
+@pytest.mark.compiled
+def test_serving_launches_hit_binaries_the_manifest_builds(triton_cache):
+    """At Triton's level: the binary each deployment-shaped launch looks up (its real
+    strides and pointer alignments) is one that warming the manifest compiled."""
+    testing = pytest.importorskip("jitkern.testing")
+    if not hasattr(testing, "uncovered_by_warmup"):
+        pytest.skip("jitkern.testing.uncovered_by_warmup not available")
+    import torch
+
+    from deepseek_v4 import CompressWindowsKernel, SavePartialStatesKernel, compress_windows, save_partial_states
+    from jitkern.targets import compile_only, parse_target
+
+    with testing.record_launches(dry_run=True) as launches:
+        for head_dim in (512, 128):
+            for ratio in (4, 128):
+                for index_dtype, table_width, tokens in ((torch.int64, 32, 1), (torch.int32, 37, 7)):
+                    store, compress = _deployment_calls(head_dim, ratio, index_dtype, table_width, tokens)
+                    save_partial_states(**store)
+                    compress_windows(**compress)
+                    SavePartialStatesKernel()(**store, launch_pdl=True)
+                    CompressWindowsKernel()(**compress, launch_pdl=True)
+    assert len(launches) == 2 * 2 * 2 * 4
+    with compile_only(parse_target("cuda:90")):
+        uncovered = testing.uncovered_by_warmup(launches, {n: list(k) for n, k in manifest_keys().items()})
+    assert not uncovered, "launches no manifest binary serves:\n  " + "\n  ".join(uncovered)

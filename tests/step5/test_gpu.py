@@ -1,0 +1,85 @@
+"""On the GPU only: CUDA-graph replays equal eager launches, and a warmed serving
+schedule compiles nothing (``JITKERN_TEST_MODE=gpu``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jitkern.testing import assert_no_compile
+from jitkern.warmup import load
+from step5.ops.summary_update import update_decode, update_verify
+from step5_testing import poisoned_mean, random_rows
+from test_schedule import MANIFESTS, Schedule, deployment, run_schedule
+
+pytestmark = pytest.mark.gpu
+
+SPAN = 512  # KV slots per request
+
+
+def decode_inputs(batch: int, capacity: int, block_size: int):
+    key, z = random_rows(batch, "fused")
+    positions = torch.randint(0, SPAN, (batch,))
+    positions[torch.rand(batch) < 0.3] |= 7  # many tokens close a region
+    slots = torch.arange(batch) * SPAN + positions
+    slots[torch.rand(batch) < 0.1] = -1  # graph padding
+    ring_base = torch.arange(batch) * capacity
+    mean = poisoned_mean(batch * SPAN // block_size, block_size, strided=True)
+    ring = torch.randn(batch * capacity, 512).to(torch.bfloat16)
+    return [key, z, slots, positions, ring_base, mean, ring, capacity]
+
+
+def verify_inputs(batch: int, capacity: int, block_size: int, draft_tokens: int):
+    q = 1 + draft_tokens
+    key, z = random_rows(batch * q, "contiguous")
+    seq_lens = torch.randint(q, SPAN, (batch,), dtype=torch.int32)
+    positions = ((seq_lens - q)[:, None] + torch.arange(q)).flatten()
+    slots = torch.arange(batch).repeat_interleave(q) * SPAN + positions
+    query_start_loc = torch.arange(batch + 1, dtype=torch.int32) * q
+    ring_base = torch.arange(batch).repeat_interleave(q) * capacity
+    mean = poisoned_mean(batch * SPAN // block_size, block_size, strided=False)
+    ring = torch.randn(batch * capacity, 512).to(torch.bfloat16)
+    return [key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity]
+
+
+def assert_graph_replays_equal_eager(update, make_inputs, trials: int = 3) -> None:
+    static = make_inputs()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        update(*static)  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        update(*static)
+    for _ in range(trials):
+        fresh = make_inputs()
+        for target, source in zip(static, fresh):
+            if isinstance(target, torch.Tensor):
+                target.copy_(source)
+        graph.replay()
+        update(*fresh)  # eager, on the same new inputs
+        torch.cuda.synchronize()
+        for name, replayed, eager in zip(("mean", "ring"), static[-3:-1], fresh[-3:-1]):
+            assert torch.equal(replayed, eager), f"{update.__name__}: graph replay and eager differ in {name}"
+
+
+@pytest.mark.parametrize("batch", [1, 64, 1024])
+def test_update_decode_graph_replay_equals_eager(batch):
+    assert_graph_replays_equal_eager(update_decode, lambda: decode_inputs(batch, capacity=8, block_size=64))
+
+
+@pytest.mark.parametrize("batch", [1, 64, 1024])
+def test_update_verify_graph_replay_equals_eager(batch):
+    assert_graph_replays_equal_eager(update_verify, lambda: verify_inputs(batch, capacity=16, block_size=256,
+                                                                          draft_tokens=3))
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.stem for p in MANIFESTS])
+def test_warmed_schedule_compiles_nothing(manifest):
+    for loaded in load([str(manifest)]):
+        assert loaded.binaries > 0
+    block_size, draft_tokens, capacity = deployment(manifest)
+    schedule = Schedule(block_size, draft_tokens, capacity)
+    with assert_no_compile():
+        run_schedule(schedule, steps=24)
