@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+import deepseek_v4
 from jitkern.examples.axpy import axpy
 from step5 import Step5CSATailRing
 from step5.ops import summary_update as step5_ops
@@ -73,17 +74,48 @@ def drive_step5(device: str) -> None:
                              ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)
 
 
+def dsv4_decode(device: str, head_dim: int = 512, compress_ratio: int = 4):
+    """Arguments of one decode step's store and compressor at batch 64 (one request each)."""
+    width = 2 * head_dim if compress_ratio == 4 else head_dim
+    block_size = 4 if compress_ratio == 4 else 8
+    blocks_per_request = SPAN // block_size
+    projection = torch.randn(BATCH, 2 * width, device=device)
+    kv, score = projection[:, :width], projection[:, width:]
+    ape = torch.randn(compress_ratio, width, device=device)
+    positions = torch.randint(compress_ratio * 2, SPAN, (BATCH,), device=device)
+    block_table = torch.randperm(BATCH * blocks_per_request, device=device, dtype=torch.int32).view(BATCH, -1)
+    requests = torch.arange(BATCH, device=device)
+    slots = block_table[requests, positions // block_size].long() * block_size + positions % block_size
+    state_cache = torch.randn(BATCH * blocks_per_request, block_size, 2 * width, device=device)
+    out = torch.empty(BATCH, head_dim, device=device)
+    store = (kv, score, ape, positions, state_cache, slots, block_size, width, compress_ratio)
+    compress = (state_cache, block_table, positions, requests, out, compress_ratio, head_dim, block_size)
+    return store, compress
+
+
+def drive_dsv4(device: str) -> None:
+    for compress_ratio in (4, 128):
+        store, compress = dsv4_decode(device, compress_ratio=compress_ratio)
+        deepseek_v4.save_partial_states(*store)
+        deepseek_v4.compress_windows(*compress)
+
+
 def drive_all(device: str) -> None:
     drive_axpy(device)
     drive_step5(device)
+    drive_dsv4(device)
 
 
 def decode_step(device: str = "cuda"):
-    """One decode step of every package at batch 64, as a callable to capture in a graph."""
+    """One decode step of every package at batch 64 (Step5 summaries, DeepSeek V4 store and
+    compressor at ratio 4), as a callable to capture in a graph."""
     step5_args = step5_decode(device)
+    store, compress = dsv4_decode(device)
 
     def step() -> None:
         step5_ops.update_decode(*step5_args)
+        deepseek_v4.save_partial_states(*store)
+        deepseek_v4.compress_windows(*compress)
 
     return step
 
