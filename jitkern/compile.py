@@ -132,45 +132,79 @@ def build_launcher(binary: Any) -> None:
         for name, value in source.constants.items()
     }
     launcher = cuda_driver.make_launcher(constants, dict(source.signature), getattr(binary.metadata, "tensordesc_meta", None))
-    _ensure_libcuda()
+    stand_in = _stand_in_libcuda()
     try:
-        compile_module_from_src(
-            src=launcher, name="__triton_launcher", library_dirs=cuda_driver.library_dirs(),
-            include_dirs=cuda_driver.include_dirs, libraries=cuda_driver.libraries,
-        )
+        with _environment(CC=stand_in.compiler if stand_in else None):
+            compile_module_from_src(
+                src=launcher, name="__triton_launcher", library_dirs=cuda_driver.library_dirs(),
+                include_dirs=cuda_driver.include_dirs, libraries=cuda_driver.libraries,
+            )
     except ImportError:
-        if not _using_stand_in_libcuda:
+        if stand_in is None:
             raise
 
 
-_using_stand_in_libcuda = False
+@dataclass(frozen=True)
+class _StandIn:
+    folder: str
+    compiler: str  # the C compiler, told to keep libcuda.so.1 as a dependency
 
 
-def _ensure_libcuda() -> None:
-    """Point Triton at a stand-in ``libcuda.so.1`` when this machine has no GPU driver."""
-    global _using_stand_in_libcuda
+_stand_in: list[_StandIn | None] = []
+
+
+def _stand_in_libcuda() -> _StandIn | None:
+    """A stand-in ``libcuda.so.1`` when this machine has no GPU driver, else None.
+
+    The stand-in defines no CUDA function, so the linker would drop it from the
+    launcher's dependencies (``--as-needed``) and the GPU process could not resolve the
+    launcher's CUDA calls: the compiler wrapper passes ``--no-as-needed``.
+    """
+    if _stand_in:
+        return _stand_in[0]
+    import shutil
     import subprocess
     import tempfile
 
     import triton
     from triton.backends.nvidia import driver as cuda_driver
 
-    if _using_stand_in_libcuda:
-        return
     try:
         cuda_driver.libcuda_dirs()
-        return
+        _stand_in.append(None)
+        return None
     except (AssertionError, OSError, subprocess.CalledProcessError):
         pass
     folder = tempfile.mkdtemp(prefix="jitkern-libcuda-")
+    real_compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or "cc"
+    compiler = os.path.join(folder, "cc")
+    with open(compiler, "w") as wrapper:
+        wrapper.write(f'#!/bin/sh\nexec "{real_compiler}" -Wl,--no-as-needed "$@"\n')
+    os.chmod(compiler, 0o755)
     source = os.path.join(folder, "stand_in.c")
     with open(source, "w") as file:
         file.write("void jitkern_libcuda_stand_in(void) {}\n")
-    library = os.path.join(folder, "libcuda.so")
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source], check=True)
-    os.symlink(library, os.path.join(folder, "libcuda.so.1"))
+    library = os.path.join(folder, "libcuda.so.1")
+    subprocess.run([real_compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source], check=True)
     triton.knobs.nvidia.libcuda_path = folder
-    _using_stand_in_libcuda = True
+    _stand_in.append(_StandIn(folder, compiler))
+    return _stand_in[0]
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None) -> Iterator[None]:
+    """Set environment variables for the block (None leaves a variable as it is)."""
+    changed = {name: value for name, value in values.items() if value is not None}
+    saved = {name: os.environ.get(name) for name in changed}
+    os.environ.update(changed)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # --- checking a cache without compiling -------------------------------------------
