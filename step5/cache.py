@@ -39,7 +39,7 @@ class Step5SummaryCacheSpec:
     def page_size_bytes(self) -> int:
         return self.regions_per_block * SUMMARY_BYTES
 
-    def allocate(self, num_blocks: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    def allocate(self, num_blocks: int, device: torch.device | str | None = None) -> torch.Tensor:
         """A ``[num_blocks, block_size // 8, 256]`` uint8 ``mean`` cache."""
         return torch.zeros((num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=device)
 

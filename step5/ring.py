@@ -53,7 +53,7 @@ class Step5CSATailRing:
         *,
         draft_tokens: int = 0,
         capacity: int | None = None,
-        device: torch.device | str = "cpu",
+        device: torch.device | str | None = None,  # None: torch's default device
         index_dtype: torch.dtype = torch.int32,
     ):
         if draft_tokens < 0:

@@ -11,12 +11,16 @@ memory-bound kernel.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
 REGION = 8  # positions per region
 DIM = 256  # index-head dimension
 RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
+# Fixed when this module is imported, like Triton's own mode (``TRITON_INTERPRET``).
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
@@ -105,3 +109,120 @@ def _ring_row(Ring, base, position, RING_CAPACITY: tl.constexpr):
 def _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2):
     """Pointers to ``key[token, 0, :]`` and ``z[token, 0, :]``."""
     return Key + token * key_stride0 + dim * key_stride2, Z + token * z_stride0 + dim * z_stride2
+
+
+# --- the whole region at once: the same fp32 operations as eight ``_accumulate`` calls,
+# evaluated in an order with more independent work in flight ---------------------------
+
+
+@triton.jit
+def _max8_combine(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7):
+    return (tl.maximum(a0, b0), tl.maximum(a1, b1), tl.maximum(a2, b2), tl.maximum(a3, b3),
+            tl.maximum(a4, b4), tl.maximum(a5, b5), tl.maximum(a6, b6), tl.maximum(a7, b7))
+
+
+@triton.jit
+def _alpha(m, m_new):
+    """exp(m - m_new), 0 when m is -inf (a scalar)."""
+    return tl.where(m == float("-inf"), 0.0, tl.exp(m - m_new))
+
+
+@triton.jit
+def _weights(z, m_new):
+    """exp(z - m_new), and 0 everywhere when m_new is -inf.
+
+    Same bits as ``where(m_new == -inf, 0, exp(z - m_new))`` with the select on the scalar:
+    m_new == -inf means every z of the row is -inf, and exp(-inf - 0) = +0.
+    """
+    return tl.exp(z - tl.where(m_new == float("-inf"), 0.0, m_new))
+
+
+@triton.jit
+def _rescale_add(acc, alpha, w, key):
+    """acc * alpha + w * key (no FMA: kernels compile with enable_fp_fusion=False)."""
+    return acc * alpha + w * key
+
+
+@triton.jit
+def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7):
+    """(num, den) of the region whose 8 raw bf16 rows are given in position order.
+
+    Bit for bit the spec's sequential loop (eight ``_accumulate`` calls): the same fp32
+    operations on the same operands, only evaluated in another order. The eight row
+    maxima are independent reductions (one multi-operand reduce, so all of them overlap,
+    and with several warps they share one exchange); then the scalar running maximum;
+    then each row's weights, which depend only on that scalar; the num/den recurrence
+    last. Row 0 has alpha = 0 and num = den = 0 before it, so ``0 * 0 + x`` is written
+    ``x + 0.0`` (which still turns a -0 into +0) and ``den = 0 * 0 + w`` is just ``w``
+    (w >= +0 or NaN).
+    """
+    m0, m1, m2, m3, m4, m5, m6, m7 = tl.reduce(
+        (_bf16_to_f32(z0), _bf16_to_f32(z1), _bf16_to_f32(z2), _bf16_to_f32(z3),
+         _bf16_to_f32(z4), _bf16_to_f32(z5), _bf16_to_f32(z6), _bf16_to_f32(z7)),
+        0, _max8_combine,
+    )
+    # the running maximum after each row: m_new = max(m, max_d z_t[d]), from m = -inf
+    m0 = tl.maximum(_neg_inf(), m0)
+    m1 = tl.maximum(m0, m1)
+    m2 = tl.maximum(m1, m2)
+    m3 = tl.maximum(m2, m3)
+    m4 = tl.maximum(m3, m4)
+    m5 = tl.maximum(m4, m5)
+    m6 = tl.maximum(m5, m6)
+    m7 = tl.maximum(m6, m7)
+    w = _weights(_bf16_to_f32(z0), m0)
+    num = w * _bf16_to_f32(k0) + 0.0
+    den = w
+    w = _weights(_bf16_to_f32(z1), m1)
+    alpha = _alpha(m0, m1)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k1))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z2), m2)
+    alpha = _alpha(m1, m2)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k2))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z3), m3)
+    alpha = _alpha(m2, m3)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k3))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z4), m4)
+    alpha = _alpha(m3, m4)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k4))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z5), m5)
+    alpha = _alpha(m4, m5)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k5))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z6), m6)
+    alpha = _alpha(m5, m6)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k6))
+    den = den * alpha + w
+    w = _weights(_bf16_to_f32(z7), m7)
+    alpha = _alpha(m6, m7)
+    num = _rescale_add(num, alpha, w, _bf16_to_f32(k7))
+    den = den * alpha + w
+    return num, den
+
+
+@triton.jit
+def _loads_issued(anchor):
+    """Let no load written before this point move after it (``fence.acq_rel.cta``).
+
+    ptxas otherwise sinks each of a region's 16 row loads down to its first use, which
+    serialises them into several round trips to memory; with one warp it also deletes
+    a ``bar.sync``. ``anchor`` is any int32 scalar (the asm needs an operand). Nothing
+    under the interpreter, which has no inline asm.
+    """
+    if not _INTERPRETED:
+        tl.inline_asm_elementwise("fence.acq_rel.cta;\n\tmov.b32 $0, $1;", "=r,r", [anchor], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.constexpr):
+    """Pointer to the ring row ``i`` positions after the one whose row index is ``first``
+    (``first = position % capacity`` of a non-negative position, ``i < capacity``): one
+    compare instead of a 64-bit signed remainder per row."""
+    row = first + i
+    row = tl.where(row >= RING_CAPACITY, row - RING_CAPACITY, row)
+    return Ring + (base + row) * 512

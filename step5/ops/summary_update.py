@@ -8,8 +8,9 @@ the tail ring (``step5.ring.Step5CSATailRing``).
 - decode: one program per token (one token per request).
 - prefill: ``build_prefill_groups`` lists, on the device, the closing tokens of the step
   (int32 ``[token, slot, ring rows]``, at most ``tokens // 8 + requests`` groups, 1.5 bytes
-  a token); ``update_prefill`` then summarizes one region per program, and only after
-  that stores open-region rows, so every ring read of the step precedes its writes.
+  a token) and each request's last tokens; ``update_prefill`` then summarizes one region
+  per program, and only after that stores open-region rows (one program per request), so
+  every ring read of the step precedes its writes.
 - verify: one program per request, its ``q`` tokens in position order; no host metadata.
 
 Each ``@triton.jit`` function has its ``TritonJitKernel`` class right below it; the
@@ -31,19 +32,38 @@ from jitkern import kernel_launcher, keys
 from step5.ops._summary_math import (
     _accumulate,
     _bf16_to_f32,
+    _loads_issued,
     _neg_inf,
     _ring_row,
+    _ring_row_after,
     _row_pointers,
     _store_summary,
+    _summarize_region,
     _zeros,
 )
 from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
 
 _INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 _NUM_WARPS = 1  # DESIGN.md: one warp per region ran at 0.82 of copy bandwidth, 4 warps at 0.48
-_RING_WRITE_TOKENS = 32  # tokens per program of the ring write (most have no row to store)
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
+# ptxas register caps (None: ptxas decides). Decode is one wave of latency-bound programs:
+# registers are free, and with the cap raised ptxas issues all 14 ring loads at once (at
+# its own choice, 128, it consumes two rows before issuing the last loads). Prefill is a
+# throughput kernel: ptxas picks 128 (16 resident programs per SM, the 16 row loads in two
+# batches); 200 gives one batch but 10 programs per SM. Measure both (profile_step5.py).
+_DECODE_MAXNREG = 200
+_PREFILL_MAXNREG = None
 GROUP_COLUMNS = 3  # prefill metadata row: [closing token, its KV slot, rows taken from the ring]
+
+
+def prefill_metadata_layout(tokens: int, rows: int) -> tuple[int, int]:
+    """(groups, requests) of ``build_prefill_groups``' metadata for a step of ``tokens``
+    tokens: ``tokens // 8 + requests`` group rows, then one row per request."""
+    extra = rows - tokens // 8
+    if extra < 0 or extra % 2:
+        raise ValueError(f"metadata: {rows} rows is not the layout build_prefill_groups makes for {tokens} tokens "
+                         "(tokens // 8 + 2 * requests rows)")
+    return tokens // 8 + extra // 2, extra // 2
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -108,6 +128,9 @@ def _update_decode_kernel(
 ):
     # position p % 8 == 7: summary of ring rows p-7 .. p-1 then this row -> mean[slot]
     # otherwise:           ring[base + p % capacity] = [key | z]
+    # The chain of dependent loads is two deep: slot / position / base (and this token's
+    # row, alongside) -> the 7 ring rows, all issued before any math; then the region's
+    # math with its eight row maxima in parallel (``_summarize_region``).
     token = tl.program_id(0).to(tl.int64)
     dim = tl.arange(0, 256)
     slot = tl.load(Slots + token).to(tl.int64)
@@ -118,15 +141,30 @@ def _update_decode_kernel(
     z = tl.load(z_ptr)
     if (slot >= 0) & (base >= 0) & (position >= 0):
         if position % 8 == 7:
-            num = _zeros()
-            den = _zeros()
-            m = _neg_inf()
-            for i in tl.static_range(7):
-                row = _ring_row(Ring, base, position - 7 + i, RING_CAPACITY)
-                num, den, m = _accumulate(
-                    num, den, m, _bf16_to_f32(tl.load(row + dim)), _bf16_to_f32(tl.load(row + 256 + dim))
-                )
-            num, den, m = _accumulate(num, den, m, _bf16_to_f32(key), _bf16_to_f32(z))
+            first = (position - 7) % RING_CAPACITY  # position >= 7 here
+            r0 = _ring_row_after(Ring, base, first, 0, RING_CAPACITY)
+            r1 = _ring_row_after(Ring, base, first, 1, RING_CAPACITY)
+            r2 = _ring_row_after(Ring, base, first, 2, RING_CAPACITY)
+            r3 = _ring_row_after(Ring, base, first, 3, RING_CAPACITY)
+            r4 = _ring_row_after(Ring, base, first, 4, RING_CAPACITY)
+            r5 = _ring_row_after(Ring, base, first, 5, RING_CAPACITY)
+            r6 = _ring_row_after(Ring, base, first, 6, RING_CAPACITY)
+            k0 = tl.load(r0 + dim)
+            z0 = tl.load(r0 + 256 + dim)
+            k1 = tl.load(r1 + dim)
+            z1 = tl.load(r1 + 256 + dim)
+            k2 = tl.load(r2 + dim)
+            z2 = tl.load(r2 + 256 + dim)
+            k3 = tl.load(r3 + dim)
+            z3 = tl.load(r3 + 256 + dim)
+            k4 = tl.load(r4 + dim)
+            z4 = tl.load(r4 + 256 + dim)
+            k5 = tl.load(r5 + dim)
+            z5 = tl.load(r5 + 256 + dim)
+            k6 = tl.load(r6 + dim)
+            z6 = tl.load(r6 + 256 + dim)
+            _loads_issued(slot.to(tl.int32))  # all 14 ring loads in flight at once
+            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, key, z)
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
         else:
             row = _ring_row(Ring, base, position, RING_CAPACITY)
@@ -195,6 +233,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
                 positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
                 BLOCK_SIZE=block_size, RING_CAPACITY=capacity, num_warps=_NUM_WARPS, enable_fp_fusion=False,
+                maxnreg=_DECODE_MAXNREG,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,
@@ -208,32 +247,41 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
 
 
 @triton.jit(
-    do_not_specialize=["n_tokens", "n_groups", "positions_stride"],
+    do_not_specialize=["n_tokens", "n_groups", "n_requests", "positions_stride"],
     do_not_specialize_on_alignment=["Slots", "Positions", "Owners", "QueryStartLoc", "Groups"],
 )
 def _build_prefill_groups_kernel(
-    Slots, Positions, Owners, QueryStartLoc, Groups, n_tokens, n_groups, positions_stride,
+    Slots, Positions, Owners, QueryStartLoc, Groups, n_tokens, n_groups, n_requests, positions_stride,
     BLOCK: tl.constexpr,
 ):
     # Token i of request r = owners[i] closes a region when positions[i] % 8 == 7. Its group is
-    #   g = query_start_loc[r] // 8 + r + (positions[i] // 8 - positions[query_start_loc[r]] // 8)
-    # (request r's groups fit in [qsl[r] // 8 + r, qsl[r+1] // 8 + r + 1)), and holds
-    #   [i, slots[i], max(0, 7 - (i - qsl[r]))]: the last field counts the rows read from the ring.
+    #   g = i // 8 + r   (distinct: a request has one closing token in 8 consecutive tokens, and
+    #                     the requests' tokens come in request order; g < tokens // 8 + requests)
+    # and holds [i, slots[i], max(0, 7 - (i - qsl[r]))]: the last field counts the rows read
+    # from the ring. Row n_groups + r, written by request r's first token, is
+    #   [max(qsl[r], qsl[r+1] - 7), qsl[r+1], 0]: the only tokens of r whose row the ring may
+    # have to store (an open region has at most 7 rows), for the ring write.
+    # Two levels of loads: slots, positions, owners -> qsl[r], qsl[r+1].
     tokens = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = tokens < n_tokens
     slots = tl.load(Slots + tokens, mask=valid, other=-1)
     positions = tl.load(Positions + tokens.to(tl.int64) * positions_stride, mask=valid, other=0)
-    closing = valid & (slots >= 0) & (positions >= 0) & (positions % 8 == 7)
-    owners = tl.load(Owners + tokens, mask=closing, other=0).to(tl.int64)
-    start = tl.load(QueryStartLoc + owners, mask=closing, other=0).to(tl.int64)
-    first_position = tl.load(Positions + start * positions_stride, mask=closing, other=0)
-    group = start // 8 + owners + (positions // 8 - first_position // 8)
-    closing = closing & (group >= 0) & (group < n_groups)
+    owners = tl.load(Owners + tokens, mask=valid, other=-1).to(tl.int64)
+    known = valid & (owners >= 0) & (owners < n_requests)  # padding tokens may carry any owner
+    start = tl.load(QueryStartLoc + owners, mask=known, other=0).to(tl.int64)
+    end = tl.load(QueryStartLoc + owners + 1, mask=known, other=0).to(tl.int64)
+    group = tokens // 8 + owners
+    closing = known & (slots >= 0) & (positions >= 0) & (positions % 8 == 7) & (group < n_groups)
     ring_rows = tl.maximum(7 - (tokens - start), 0)
     row = Groups + group * 3
     tl.store(row, tokens.to(tl.int32), mask=closing)
     tl.store(row + 1, slots.to(tl.int32), mask=closing)
     tl.store(row + 2, ring_rows.to(tl.int32), mask=closing)
+    first = known & (tokens == start)
+    row = Groups + (n_groups + owners) * 3
+    tl.store(row, tl.maximum(start, end - 7).to(tl.int32), mask=first)
+    tl.store(row + 1, end.to(tl.int32), mask=first)
+    tl.store(row + 2, tl.zeros_like(end).to(tl.int32), mask=first)
 
 
 class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.CompileKey"]):
@@ -274,11 +322,13 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
     @kernel_launcher
     def __call__(self, slots, positions, owners, query_start_loc, groups) -> LaunchSpec:
         n_tokens = slots.shape[0]
+        requests = query_start_loc.shape[0] - 1
         return LaunchSpec(
             grid=(triton.cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
             kwargs=dict(
                 Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
-                n_tokens=n_tokens, n_groups=groups.shape[0], positions_stride=positions.stride(0),
+                n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
+                positions_stride=positions.stride(0),
                 BLOCK=_GROUP_BUILD_TOKENS, num_warps=4,
             ),
             key=self.dispatch(
@@ -287,6 +337,18 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
             ),
             result=groups,
         )
+
+
+@triton.jit
+def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, dim,
+                key_stride0, key_stride2, z_stride0, z_stride2, RING_CAPACITY: tl.constexpr):
+    """Row i of the region closed by ``token``: from the ring when ``i < ring_rows``, else
+    token ``token - 7 + i`` of this step. The (uniform) choice is made on the pointers, so
+    each row is one load, and the pointer not taken is never dereferenced."""
+    ring = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
+    key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+    from_ring = i < ring_rows
+    return tl.load(tl.where(from_ring, ring + dim, key_ptr)), tl.load(tl.where(from_ring, ring + 256 + dim, z_ptr))
 
 
 # --- prefill, step 2: one program per closed region ---------------------------------------
@@ -303,26 +365,57 @@ def _prefill_summary_kernel(
 ):
     # group [t, slot, n]: the region closed by token t at position p has rows p-7 .. p;
     # row i comes from ring[base + (p-7+i) % capacity] when i < n, else from token t-7+i.
-    # mean[slot] = fp8(bf16(online softmax of the 8 rows, in position order))
+    # mean[slot] = fp8(bf16(online softmax of the 8 rows, in position order)), when base >= 0.
+    # One level of index loads (the group row) before the 16 row loads, which are all
+    # issued before any math. n == 0 (every region of a long chunk but its first) takes
+    # the 8 rows straight from key/z, with base read alongside them; n > 0 also needs
+    # base and p to address the ring, and picks each row's pointer (not its data).
+    # (The first branch tests token and n together: ptxas moves a load used only past a
+    # branch below that branch, which would make the group row two dependent loads.)
     group = Groups + tl.program_id(0).to(tl.int64) * 3
     token = tl.load(group).to(tl.int64)
-    if token >= 0:
-        slot = tl.load(group + 1).to(tl.int64)
-        ring_rows = tl.load(group + 2)
+    slot = tl.load(group + 1).to(tl.int64)
+    ring_rows = tl.load(group + 2)
+    dim = tl.arange(0, 256)
+    strides = (key_stride0, key_stride2, z_stride0, z_stride2)
+    if (token >= 0) & (ring_rows == 0):
+        base = tl.load(RingBase + token)
+        key_ptr, z_ptr = _row_pointers(Key, Z, token - 7, dim, *strides)
+        k0 = tl.load(key_ptr)
+        z0 = tl.load(z_ptr)
+        k1 = tl.load(key_ptr + 1 * key_stride0)
+        z1 = tl.load(z_ptr + 1 * z_stride0)
+        k2 = tl.load(key_ptr + 2 * key_stride0)
+        z2 = tl.load(z_ptr + 2 * z_stride0)
+        k3 = tl.load(key_ptr + 3 * key_stride0)
+        z3 = tl.load(z_ptr + 3 * z_stride0)
+        k4 = tl.load(key_ptr + 4 * key_stride0)
+        z4 = tl.load(z_ptr + 4 * z_stride0)
+        k5 = tl.load(key_ptr + 5 * key_stride0)
+        z5 = tl.load(z_ptr + 5 * z_stride0)
+        k6 = tl.load(key_ptr + 6 * key_stride0)
+        z6 = tl.load(z_ptr + 6 * z_stride0)
+        k7 = tl.load(key_ptr + 7 * key_stride0)
+        z7 = tl.load(z_ptr + 7 * z_stride0)
+        _loads_issued(ring_rows)
+        num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
+        if base >= 0:
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+    elif token >= 0:
         base = tl.load(RingBase + token).to(tl.int64)
         position = tl.load(Positions + token * positions_stride).to(tl.int64)
         if base >= 0:
-            dim = tl.arange(0, 256)
-            num = _zeros()
-            den = _zeros()
-            m = _neg_inf()
-            for i in tl.static_range(8):
-                from_ring = i < ring_rows
-                row = _ring_row(Ring, base, position - 7 + i, RING_CAPACITY)
-                key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
-                key = tl.where(from_ring, tl.load(row + dim, mask=from_ring), tl.load(key_ptr, mask=~from_ring))
-                z = tl.where(from_ring, tl.load(row + 256 + dim, mask=from_ring), tl.load(z_ptr, mask=~from_ring))
-                num, den, m = _accumulate(num, den, m, _bf16_to_f32(key), _bf16_to_f32(z))
+            first = (position - 7) % RING_CAPACITY  # p % 8 == 7, so p >= 7
+            k0, z0 = _region_row(Key, Z, Ring, token, base, first, 0, ring_rows, dim, *strides, RING_CAPACITY)
+            k1, z1 = _region_row(Key, Z, Ring, token, base, first, 1, ring_rows, dim, *strides, RING_CAPACITY)
+            k2, z2 = _region_row(Key, Z, Ring, token, base, first, 2, ring_rows, dim, *strides, RING_CAPACITY)
+            k3, z3 = _region_row(Key, Z, Ring, token, base, first, 3, ring_rows, dim, *strides, RING_CAPACITY)
+            k4, z4 = _region_row(Key, Z, Ring, token, base, first, 4, ring_rows, dim, *strides, RING_CAPACITY)
+            k5, z5 = _region_row(Key, Z, Ring, token, base, first, 5, ring_rows, dim, *strides, RING_CAPACITY)
+            k6, z6 = _region_row(Key, Z, Ring, token, base, first, 6, ring_rows, dim, *strides, RING_CAPACITY)
+            k7, z7 = _region_row(Key, Z, Ring, token, base, first, 7, ring_rows, dim, *strides, RING_CAPACITY)
+            _loads_issued(ring_rows)
+            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
 
 
@@ -377,13 +470,15 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
     @kernel_launcher
     def __call__(self, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         block_size = mean.shape[1] * 8
+        n_groups, _ = prefill_metadata_layout(key.shape[0], groups.shape[0])
         return LaunchSpec(
-            grid=(groups.shape[0],),
+            grid=(n_groups,),
             kwargs=dict(
                 Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
                 positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
                 BLOCK_SIZE=block_size, RING_CAPACITY=capacity, num_warps=_NUM_WARPS, enable_fp_fusion=False,
+                maxnreg=_PREFILL_MAXNREG,
             ),
             key=self.dispatch(
                 positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, mean_stride0=mean.stride(0),
@@ -395,20 +490,29 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
 # --- prefill, step 3: store the rows of regions still open --------------------------------
 
 
-@triton.jit(do_not_specialize=["n_tokens"], do_not_specialize_on_alignment=["RingSlots"])
+@triton.jit(do_not_specialize=["n_groups"], do_not_specialize_on_alignment=["Metadata", "RingSlots"])
 def _write_ring_kernel(
-    Key, Z, RingSlots, Ring, key_stride0, key_stride2, z_stride0, z_stride2, n_tokens,
-    BLOCK: tl.constexpr,
+    Key, Z, Metadata, RingSlots, Ring, key_stride0, key_stride2, z_stride0, z_stride2, n_groups,
 ):
-    # ring[ring_slots[i]] = [key[i] | z[i]] where ring_slots[i] >= 0
-    tokens = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    rows = tl.load(RingSlots + tokens, mask=tokens < n_tokens, other=-1).to(tl.int64)
-    keep = (rows >= 0)[:, None]
-    dim = tl.arange(0, 256)[None, :]
-    key_ptr, z_ptr = _row_pointers(Key, Z, tokens[:, None], dim, key_stride0, key_stride2, z_stride0, z_stride2)
-    row = Ring + rows[:, None] * 512
-    tl.store(row + dim, tl.load(key_ptr, mask=keep), mask=keep)
-    tl.store(row + 256 + dim, tl.load(z_ptr, mask=keep), mask=keep)
+    # One program per request r: metadata row n_groups + r = [lo, hi, 0] (-1: no tokens) names
+    # the at most 7 tokens that may have a row to store; ring[ring_slots[i]] = [key[i] | z[i]]
+    # for those with ring_slots[i] >= 0. The step's other tokens all have ring_slots == -1
+    # (spec: only rows of regions still open at the end of the step are stored).
+    row = Metadata + (n_groups + tl.program_id(0).to(tl.int64)) * 3
+    lo = tl.load(row)
+    hi = tl.load(row + 1)
+    if (lo >= 0) & (hi > lo):
+        tokens = lo.to(tl.int64) + tl.arange(0, 8)
+        present = tokens < hi
+        rows = tl.load(RingSlots + tokens, mask=present, other=-1).to(tl.int64)
+        keep = (rows >= 0)[:, None]
+        dim = tl.arange(0, 256)[None, :]
+        key_ptr, z_ptr = _row_pointers(Key, Z, tokens[:, None], dim, key_stride0, key_stride2, z_stride0, z_stride2)
+        key = tl.load(key_ptr, mask=present[:, None])  # alongside ring_slots, not after
+        z = tl.load(z_ptr, mask=present[:, None])
+        target = Ring + rows[:, None] * 512
+        tl.store(target + dim, key, mask=keep)
+        tl.store(target + 256 + dim, z, mask=keep)
 
 
 class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
@@ -423,7 +527,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
         z_stride0: int
         z_stride2: int
         aligned: bool  # key, z and ring 16-byte aligned
-        num_warps: int = 4
+        num_warps: int = 1
 
     def dispatch(self, *, ring_slots_dtype, **row_fields) -> CompileKey:
         return self.CompileKey(ring_slots_dtype=_dtype_name(ring_slots_dtype), **row_fields)
@@ -439,17 +543,18 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         k, z = _row_stand_ins(key.key_stride0, key.key_stride2, key.z_stride0, key.z_stride2, key.aligned)
-        return dict(key=k, z=z, ring_slots=_index(key.ring_slots_dtype), ring=_ring_stand_in(key.aligned))
+        return dict(key=k, z=z, metadata=_index("int32", (16, 3)), ring_slots=_index(key.ring_slots_dtype),
+                    ring=_ring_stand_in(key.aligned))
 
     @kernel_launcher
-    def __call__(self, key, z, ring_slots, ring) -> LaunchSpec:
-        n_tokens = ring_slots.shape[0]
+    def __call__(self, key, z, metadata, ring_slots, ring) -> LaunchSpec:
+        n_groups, requests = prefill_metadata_layout(ring_slots.shape[0], metadata.shape[0])
         return LaunchSpec(
-            grid=(triton.cdiv(n_tokens, _RING_WRITE_TOKENS),),
+            grid=(requests,),
             kwargs=dict(
-                Key=key, Z=z, RingSlots=ring_slots, Ring=ring,
+                Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
-                n_tokens=n_tokens, BLOCK=_RING_WRITE_TOKENS, num_warps=4,
+                n_groups=n_groups, num_warps=1,
             ),
             key=self.dispatch(ring_slots_dtype=ring_slots.dtype, **_row_key_fields(key, z, ring)),
         )
@@ -617,10 +722,12 @@ def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int
 def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Tensor:
     """The step's closed regions, listed on the device with no host synchronisation.
 
-    Returns int32 ``[tokens // 8 + requests, 3]`` rows ``[closing token, KV slot, rows from
-    the ring]``, ``-1`` rows unused; pass it to ``update_prefill`` unchanged. Assumes each
-    request's tokens in the step have consecutive positions (chunked prefill) and KV slots
-    below 2**31.
+    Returns int32 ``[tokens // 8 + 2 * requests, 3]``: ``tokens // 8 + requests`` group rows
+    ``[closing token, KV slot, rows from the ring]``, then one row per request ``[first,
+    end, 0]`` naming its last (at most 7) tokens, the only ones whose rows the ring may
+    store; ``-1`` rows unused. Pass it to ``update_prefill`` unchanged. Assumes each
+    request's tokens in the step are contiguous, in request order, with consecutive
+    positions (chunked prefill), and KV slots below 2**31.
     """
     if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
@@ -633,7 +740,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
     check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
     requests = query_start_loc.shape[0] - 1
-    groups = torch.full((tokens // 8 + requests, GROUP_COLUMNS), -1, dtype=torch.int32, device=slots.device)
+    groups = torch.full((tokens // 8 + 2 * requests, GROUP_COLUMNS), -1, dtype=torch.int32, device=slots.device)
     if tokens:
         BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
     return groups
@@ -644,6 +751,8 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
 
     Two launches on one stream: every ring read of the step (summaries) precedes its
     writes (``ring_slots``), so a long chunk cannot overwrite rows it still has to read.
+    The write is one small program per request (its last <= 7 tokens, from the metadata),
+    not a scan of every token's ``ring_slots``.
     """
     tokens = check_rows(key, z)
     if not isinstance(metadata, torch.Tensor) or metadata.dtype != torch.int32 or metadata.dim() != 2 \
@@ -657,10 +766,11 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     check_ring(ring, capacity, draft_tokens=0)
     check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,
                       ring_slots=ring_slots, mean=mean, ring=ring)
-    if metadata.shape[0]:
+    n_groups, requests = prefill_metadata_layout(tokens, metadata.shape[0])
+    if tokens and n_groups:
         PrefillSummaryKernel()(key, z, metadata, positions, ring_base, mean, ring, capacity)
-    if tokens:
-        WriteRingKernel()(key, z, ring_slots, ring)
+    if tokens and requests:
+        WriteRingKernel()(key, z, metadata, ring_slots, ring)
 
 
 def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:

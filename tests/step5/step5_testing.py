@@ -3,11 +3,22 @@ poisoned caches, and the byte comparisons the spec allows."""
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import torch
 
 from step5.reference import assert_summaries_close
+
+GOLDEN = Path(os.environ.get("JITKERN_GOLDEN_DIR", Path(__file__).resolve().parents[3] / "shared" / "golden"))
+"""The golden vectors: ``shared/golden`` beside the checkout (or ``JITKERN_GOLDEN_DIR``)."""
+
+
+def load_golden(name: str) -> dict:
+    """A golden file, its tensors on torch's default device (CUDA in the GPU test mode)."""
+    return torch.load(GOLDEN / name, map_location=torch.get_default_device())
+
 
 POISON = 0xA5  # a byte no kernel should leave behind where it was told to write
 OTHER_POISON = 0x5A

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from step5_testing import load_golden
 from step5.reference import (
     assert_summaries_close,
     fp8_e4m3_bytes,
@@ -13,12 +14,9 @@ from step5.reference import (
     summarize_regions,
 )
 
-GOLDEN = "/work/shared/golden/step5_regions.pt"
-
-
 @pytest.fixture(scope="module")
 def golden():
-    return torch.load(GOLDEN)
+    return load_golden("step5_regions.pt")
 
 
 def test_reference_matches_every_golden_case_exactly(golden):

@@ -33,6 +33,7 @@ from step5.reference import (
     reference_update_verify,
 )
 from step5_testing import (
+    load_golden,
     OTHER_POISON,
     POISON,
     BlockTables,
@@ -85,7 +86,7 @@ def test_fp8_encoding_matches_reference_on_every_kind_of_float():
 
 
 def test_decode_and_prefill_kernels_match_golden_vectors():
-    golden = torch.load("/work/shared/golden/step5_regions.pt")
+    golden = load_golden("step5_regions.pt")
     cases, capacity = golden["key"].shape[0], 8
     # decode: rows 0..6 wait in the ring, row 7 closes the region
     ring = torch.zeros(cases * capacity, 512, dtype=torch.bfloat16)
