@@ -18,8 +18,11 @@ the speed-up over eager PyTorch doing the same work (vectorised from the spec). 
 rotate over enough copies to exceed L2, so small sizes are not served from cache.
 Before timing, each kernel's output is checked against the PyTorch version.
 
-``--sweep`` also times other ``num_warps`` (and ``BLOCK_D`` for the compressor) for the
-64K-token cases, to retune the choices in ``deepseek_v4/`` (compiles extra variants).
+``--sweep`` also times other ``num_warps`` for the store at 64K tokens, and other tilings
+of the compressor (``compressor_variants``: ``BLOCK_D``/``num_warps`` at ratio 4; the
+tile, columns per program, warps and tokens scanned per program at ratio 128), to retune
+the choices in ``deepseek_v4/`` (compiles extra variants; each is checked against
+PyTorch before it is timed).
 Targets (issue): the store at 64K tokens >= 0.90 of copy bandwidth, the compressor at
 64K tokens >= 0.70 of the bandwidth its reads need. The table is printed last.
 """
@@ -45,6 +48,7 @@ from deepseek_v4 import (  # noqa: E402
     save_partial_states,
 )
 from deepseek_v4.common import LAYOUTS  # noqa: E402
+from deepseek_v4.compressor import sweep_launch  # noqa: E402
 
 L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
 ROTATE_BYTES = 4 * L2_BYTES
@@ -245,16 +249,40 @@ def bench_compressor(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sw
                 gpu_us(torch_call))]
     if sweep:
         kernel = CompressWindowsKernel()
-        block_ds = (256, 512, 1024) if ratio == 4 else (16, 32, 64, 128)
-        for block_d in block_ds:
-            if block_d > triton.next_power_of_2(head_dim):
-                continue
-            for num_warps in (1, 2, 4, 8):
-                rows.append(Row("compress", f"{config} BLOCK_D={block_d} warps={num_warps}", tokens,
-                                gpu_us(lambda: _raw_launch(kernel, next_set()[0], num_warps=num_warps,
-                                                           BLOCK_D=block_d)),
-                                nbytes, copy_gbs, float("nan"), rows[0].torch_us))
+        for variant in compressor_variants(tokens, head_dim, ratio):
+            inputs["out"].fill_(float("nan"))
+            sweep_launch(kernel, inputs, **variant)
+            error = float((inputs["out"][closing] - want).abs().max() / want.abs().max())
+            assert error < 1e-5, f"compressor {variant} differs from PyTorch: relative error {error:.2e}"
+            label = " ".join(f"{name}={value}" for name, value in variant.items())
+            rows.append(Row("compress", f"{config} {label}", tokens,
+                            gpu_us(lambda: sweep_launch(kernel, next_set()[0], **variant)),
+                            nbytes, copy_gbs, float("nan"), rows[0].torch_us))
     return rows
+
+
+def compressor_variants(tokens: int, head_dim: int, ratio: int) -> list[dict]:
+    """The tilings ``--sweep`` times (``compressor.sweep_launch`` arguments).
+
+    Ratio 4 (a program per token, whole head): ``block_d`` x ``num_warps``. Ratio 128:
+    at 64K tokens the tile (``block_d`` columns x 128 rows per step, ``program_d``
+    columns per program, ``num_warps``); at both sizes the tokens a program scans
+    (``chunk`` forced, or picked from ``min_programs``, the default being
+    ``compressor._MIN_PROGRAMS``).
+    """
+    head = triton.next_power_of_2(head_dim)
+    if LAYOUTS[ratio].overlap:
+        if tokens != 65536:
+            return []
+        return [dict(block_d=b, num_warps=w) for b in (128, 256, 512, 1024) if b <= head for w in (1, 2, 4, 8)]
+    variants = []
+    if tokens == 65536:
+        variants += [dict(block_d=b, program_d=b * k, num_warps=w)  # 8 .. 32 floats per thread and tensor
+                     for b in (16, 32, 64, 128) for k in (1, 2, 4) if b * k <= head
+                     for w in (2, 4, 8, 16) if 4 * w <= b <= 16 * w]
+    variants += [dict(chunk=c) for c in (8, 32, 64, 128)]
+    variants += [dict(min_programs=m) for m in (128, 256, 1024, 2048, 4096)]
+    return variants
 
 
 def print_table(rows: list[Row], copy_gbs: float) -> None:
@@ -269,7 +297,7 @@ def print_table(rows: list[Row], copy_gbs: float) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="head_dim 512 only, fewer sizes")
-    parser.add_argument("--sweep", action="store_true", help="also time other num_warps / BLOCK_D at 64K tokens")
+    parser.add_argument("--sweep", action="store_true", help="also time other num_warps / tilings (see compressor_variants)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_deepseek_v4: needs a CUDA GPU")
@@ -288,7 +316,7 @@ def main(argv=None) -> None:
     for head_dim in head_dims:
         for ratio in (4, 128):
             for tokens in compressor_tokens:
-                rows += bench_compressor(tokens, head_dim, ratio, copy_gbs, args.sweep and tokens == 65536)
+                rows += bench_compressor(tokens, head_dim, ratio, copy_gbs, args.sweep)
                 print(rows[-1].cells(), flush=True)
     print_table(rows, copy_gbs)
 

@@ -3,8 +3,30 @@
 A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is,
 per dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``
 (``spec/deepseek-v4-compressor.md``). The rows are read from the paged state cache that
-``save_partial_states`` wrote, through the request's block table. One program per
-token; tokens that close no window exit at once and leave their output row untouched.
+``save_partial_states`` wrote, through the request's block table. Tokens that close no
+window leave their output row untouched.
+
+Two launch shapes, one ``@triton.jit`` function (``SCAN`` picks):
+
+- ratio 4 (``SCAN == 1``): one program per token, the whole head per program. One token
+  in four closes a window and a window reads only 8 short rows, so idle programs are
+  cheap and the kernel runs near copy bandwidth.
+- ratio 128 (``SCAN == 128``): one token in 128 closes a window, but a window reads 128
+  rows. A program per token would leave 127 of 128 programs idle, each holding the
+  registers and warps the busy ones need, so instead each program scans a *chunk* of
+  up to ``SCAN`` tokens (one vectorised load of their positions and requests) and
+  handles the closing tokens it finds, one after the other; and the head is split into
+  groups of ``PROGRAM_D`` columns, a program each, so the 128 rows of one window are
+  read by several programs at once.
+
+  Chunk ``c`` of ``n_chunks`` holds the tokens ``c, c + n_chunks, c + 2 n_chunks, ...``
+  with ``n_chunks`` odd: window ends, which come every 128 tokens in a prefill, fall in
+  different chunks (128 is invertible modulo an odd number), and so do the tokens of a
+  run of decodes that all close a window at once (a batch in lockstep); contiguous
+  chunks would put those in one program, one after the other. ``n_chunks`` is a
+  runtime argument (not specialised: no extra binaries) picked on the host from the
+  token count alone: about ``tokens / 128`` when that still leaves ``_MIN_PROGRAMS``
+  programs, more chunks (of fewer tokens) for small batches.
 """
 
 from __future__ import annotations
@@ -34,43 +56,31 @@ from deepseek_v4.common import (
 
 _INDEX_DTYPES = tuple(INDEX_DTYPES.values())
 _TILE_ELEMENTS = 8192  # rows x BLOCK_D loaded per step: 64 floats per thread at 4 warps
+# Ratio 128: the tokens a program scans (at most SCAN) are the largest power of two that
+# still leaves at least this many programs (chunks x column groups); see _chunk.
+_MIN_PROGRAMS = 512
 
 
-@triton.jit(do_not_specialize_on_alignment=["BlockTable_ptr", "Positions_ptr", "ReqIdx_ptr"])
-def _compress_windows_kernel(
+@triton.jit
+def _window_entry(
     State_ptr,
     state_block_stride,
     state_row_stride,
-    BlockTable_ptr,
-    block_table_row_stride,
-    Positions_ptr,
-    ReqIdx_ptr,
-    Out_ptr,
-    out_row_stride,
+    table,
+    out_row,
+    p,
+    col0,
     HEAD_DIM: tl.constexpr,
     STATE_WIDTH: tl.constexpr,
     COMPRESS_RATIO: tl.constexpr,
     OVERLAP: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    USE_GDC: tl.constexpr,
+    PROGRAM_D: tl.constexpr,
 ):
-    # Token i at position p, (p + 1) % R == 0, request r; row(q) = state row of slot
-    #   block_table[r, q // BLOCK_SIZE] * BLOCK_SIZE + q % BLOCK_SIZE, laid out [kv (W) | s (W)]:
-    #   current rows  q = p-R+1 .. p,   columns c = (HEAD_DIM if OVERLAP else 0) + d
-    #   previous rows q = p-2R+1 .. p-R (OVERLAP only), columns c = d, weight 0 where q < 0
-    #   out[i, d] = sum_q exp(s_q[c] - m[d]) * kv_q[c] / sum_q exp(s_q[c] - m[d]),  m[d] = max_q s_q[c]
-    token = tl.program_id(0).to(tl.int64)
-    if USE_GDC:
-        # Launched with PDL: the store before us must have finished writing the rows.
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    p = tl.load(Positions_ptr + token).to(tl.int64)
-    if (p + 1) % COMPRESS_RATIO != 0:
-        return
-    table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
+    # The entry of the window closed at position p (int64, p + 1 >= R), columns
+    # col0 .. col0 + PROGRAM_D of it, BLOCK_D at a time; table: the request's block table row.
     j = tl.arange(0, COMPRESS_RATIO)
-
     q_cur = p - COMPRESS_RATIO + 1 + j  # all >= 0: p + 1 >= R
     block_cur = tl.load(table + q_cur // BLOCK_SIZE).to(tl.int64)
     rows_cur = block_cur * state_block_stride + (q_cur % BLOCK_SIZE) * state_row_stride
@@ -83,9 +93,8 @@ def _compress_windows_kernel(
     else:
         CUR_COL: tl.constexpr = 0
 
-    out_row = Out_ptr + token * out_row_stride
-    for d0 in range(0, HEAD_DIM, BLOCK_D):
-        d = d0 + tl.arange(0, BLOCK_D)
+    for d0 in range(0, PROGRAM_D, BLOCK_D):
+        d = col0 + d0 + tl.arange(0, BLOCK_D)
         d_mask = (d < HEAD_DIM)[None, :]
         cur = State_ptr + rows_cur[:, None] + CUR_COL + d[None, :]
         s_cur = tl.load(cur + STATE_WIDTH, mask=d_mask, other=0.0)
@@ -107,16 +116,153 @@ def _compress_windows_kernel(
         tl.store(out_row + d, num / den, mask=d < HEAD_DIM)
 
 
-def _tiling(compress_ratio: int, head_dim: int) -> tuple[int, int]:
-    """``(BLOCK_D, num_warps)``: a ``rows x BLOCK_D`` tile of about 8K floats per step.
+@triton.jit(
+    do_not_specialize=["n_tokens", "n_chunks"],  # runtime sizes: one binary for all of them
+    do_not_specialize_on_alignment=["BlockTable_ptr", "Positions_ptr", "ReqIdx_ptr"],
+)
+def _compress_windows_kernel(
+    State_ptr,
+    state_block_stride,
+    state_row_stride,
+    BlockTable_ptr,
+    block_table_row_stride,
+    Positions_ptr,
+    ReqIdx_ptr,
+    Out_ptr,
+    out_row_stride,
+    n_tokens,
+    n_chunks,
+    HEAD_DIM: tl.constexpr,
+    STATE_WIDTH: tl.constexpr,
+    COMPRESS_RATIO: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PROGRAM_D: tl.constexpr,
+    SCAN: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    # Token i at position p, (p + 1) % R == 0, request r; row(q) = state row of slot
+    #   block_table[r, q // BLOCK_SIZE] * BLOCK_SIZE + q % BLOCK_SIZE, laid out [kv (W) | s (W)]:
+    #   current rows  q = p-R+1 .. p,   columns c = (HEAD_DIM if OVERLAP else 0) + d
+    #   previous rows q = p-2R+1 .. p-R (OVERLAP only), columns c = d, weight 0 where q < 0
+    #   out[i, d] = sum_q exp(s_q[c] - m[d]) * kv_q[c] / sum_q exp(s_q[c] - m[d]),  m[d] = max_q s_q[c]
+    # Program x * GROUPS + y: the tokens x + k * n_chunks, k < SCAN, below n_tokens (token x
+    # when SCAN == 1), columns y*PROGRAM_D .. y*PROGRAM_D + PROGRAM_D - 1 of their entries.
+    # The column groups of a chunk are neighbours in launch order, so they run together
+    # and read each state row whole (and the chunk's positions once from DRAM).
+    if USE_GDC:
+        # Launched with PDL: the store before us must have finished writing the rows.
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
+    if GROUPS == 1:
+        program = tl.program_id(0)
+        col0 = 0
+    else:
+        program = tl.program_id(0) // GROUPS
+        col0 = (tl.program_id(0) % GROUPS) * PROGRAM_D
+    if SCAN == 1:
+        token = program.to(tl.int64)
+        p = tl.load(Positions_ptr + token).to(tl.int64)
+        if (p + 1) % COMPRESS_RATIO != 0:
+            return
+        table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
+        _window_entry(State_ptr, state_block_stride, state_row_stride, table, Out_ptr + token * out_row_stride,
+                      p, col0, HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
+    else:
+        lanes = tl.arange(0, SCAN)
+        tokens = program.to(tl.int64) + lanes.to(tl.int64) * n_chunks
+        live = tokens < n_tokens  # n_chunks * SCAN >= n_tokens: every token is in a chunk
+        # Both loads at once (requests of tokens closing no window are read and ignored).
+        positions = tl.load(Positions_ptr + tokens, mask=live, other=0).to(tl.int64)
+        requests = tl.load(ReqIdx_ptr + tokens, mask=live, other=0).to(tl.int64)
+        closing = live & ((positions + 1) % COMPRESS_RATIO == 0)
+        # The closing lanes in increasing order; SCAN when none is left.
+        lane = tl.min(tl.where(closing, lanes, SCAN), axis=0)
+        while lane < SCAN:
+            pick = lanes == lane
+            p = tl.sum(tl.where(pick, positions, 0), axis=0)
+            r = tl.sum(tl.where(pick, requests, 0), axis=0)
+            _window_entry(State_ptr, state_block_stride, state_row_stride, BlockTable_ptr + r * block_table_row_stride,
+                          Out_ptr + (program + lane.to(tl.int64) * n_chunks) * out_row_stride, p, col0,
+                          HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
+            lane = tl.min(tl.where(closing & (lanes > lane), lanes, SCAN), axis=0)
 
-    Ratio 4 reads 8 rows, so a whole head of 512 fits in one step; ratio 128 reads 128
-    rows and loops over the head in chunks of 64 columns (256 B per row and tensor).
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
+
+    scan: int  # tokens a program can scan: 1 = one program per token
+    block_d: int  # columns per step (a rows x block_d tile)
+    program_d: int  # columns per program (a multiple of block_d): cdiv(head_dim, program_d) programs per chunk
+    num_warps: int
+
+
+def _tiling(compress_ratio: int, head_dim: int) -> Tiling:
+    """A ``rows x BLOCK_D`` tile of about 8K floats per step.
+
+    Ratio 4 reads 8 rows, so a whole head of 512 fits in one step and one program does
+    it. Ratio 128 reads 128 rows: chunks of 64 columns (256 B per row and tensor), one
+    per program, each program scanning up to 128 tokens for window ends.
     """
-    rows = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
+    overlap = LAYOUTS[compress_ratio].overlap
+    rows = 2 * compress_ratio if overlap else compress_ratio
     block_d = min(triton.next_power_of_2(head_dim), max(16, _TILE_ELEMENTS // rows))
     num_warps = max(1, min(8, rows * block_d // 1024))
-    return block_d, num_warps
+    if overlap:
+        return Tiling(scan=1, block_d=block_d, program_d=block_d * triton.cdiv(head_dim, block_d), num_warps=num_warps)
+    return Tiling(scan=compress_ratio, block_d=block_d, program_d=block_d, num_warps=num_warps)
+
+
+def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: int | None = None) -> int:
+    """Tokens per program: the largest power of two <= ``scan`` leaving ``min_programs``
+    (default ``_MIN_PROGRAMS``) programs, or 1. Host arithmetic on the shape only (no
+    sync, graph-capturable)."""
+    min_programs = _MIN_PROGRAMS if min_programs is None else min_programs
+    chunk = 1
+    column_groups = triton.cdiv(head_dim, program_d)
+    while chunk < scan and triton.cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
+        chunk *= 2
+    return chunk
+
+
+def _n_chunks(tokens: int, chunk: int) -> int:
+    """Chunks of at most ``chunk`` tokens: an odd number (see the module docstring), or
+    ``tokens`` when ``chunk == 1`` (a program per token)."""
+    n_chunks = triton.cdiv(tokens, chunk)
+    return n_chunks if chunk == 1 or n_chunks % 2 else n_chunks + 1
+
+
+def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
+    """One axis: (chunk, column group) pairs, the groups of a chunk next to each other."""
+    return (n_chunks * triton.cdiv(head_dim, program_d),)
+
+
+def sweep_launch(kernel: "CompressWindowsKernel", inputs: dict, *, block_d: int | None = None,
+                 program_d: int | None = None, num_warps: int | None = None, chunk: int | None = None,
+                 min_programs: int | None = None) -> None:
+    """Launch ``inputs`` with tiling choices replaced (benchmark sweeps only: the
+    variants are not warmup keys and compile on first use). ``program_d`` defaults to
+    ``block_d``; ``chunk`` to the one ``min_programs`` (default ``_MIN_PROGRAMS``) picks."""
+    spec = kernel.launch_spec(**inputs)
+    kwargs = dict(spec.kwargs)
+    head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
+    if block_d is not None:
+        kwargs["BLOCK_D"] = block_d
+        kwargs["PROGRAM_D"] = program_d or (block_d if scan > 1 else block_d * triton.cdiv(head_dim, block_d))
+    elif program_d is not None:
+        kwargs["PROGRAM_D"] = program_d
+    if num_warps is not None:
+        kwargs["num_warps"] = num_warps
+    if scan > 1:
+        if chunk is None:
+            chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
+        if not 1 <= chunk <= scan:
+            raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
+        kwargs["n_chunks"] = _n_chunks(tokens, chunk)
+    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 
 class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):
@@ -140,7 +286,10 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         state_aligned: bool  # 16-byte alignment; index tensors are not specialised on it
         out_aligned: bool
         launch_pdl: bool
+        # the tiling (_tiling): constexprs and launch option of the binary
+        scan: int
         block_d: int
+        program_d: int
         num_warps: int
 
     def dispatch(
@@ -161,7 +310,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         out_aligned: bool = True,
         launch_pdl: bool = False,
     ) -> CompileKey:
-        block_d, num_warps = _tiling(compress_ratio, head_dim)
+        tiling = _tiling(compress_ratio, head_dim)
         return self.CompileKey(
             compress_ratio=compress_ratio,
             head_dim=head_dim,
@@ -177,8 +326,10 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             state_aligned=state_aligned,
             out_aligned=out_aligned,
             launch_pdl=launch_pdl,
-            block_d=block_d,
-            num_warps=num_warps,
+            scan=tiling.scan,
+            block_d=tiling.block_d,
+            program_d=tiling.program_d,
+            num_warps=tiling.num_warps,
         )
 
     def get_warmup_keys(
@@ -259,7 +410,8 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         block_size: int,
         launch_pdl: bool = False,
     ) -> LaunchSpec:
-        """One program per token. No checks here: it also runs on warmup stand-ins."""
+        """Programs over (token chunks, column groups); at ratio 4 one per token and the
+        whole head. No checks here: it also runs on warmup stand-ins."""
         layout = LAYOUTS[compress_ratio]
         key = self.dispatch(
             compress_ratio=compress_ratio,
@@ -277,8 +429,10 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             out_aligned=is_aligned(out),
             launch_pdl=launch_pdl,
         )
+        tokens = positions.shape[0]
+        n_chunks = _n_chunks(tokens, 1 if key.scan == 1 else _chunk(tokens, head_dim, key.scan, key.program_d))
         return LaunchSpec(
-            grid=(positions.shape[0],),
+            grid=_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(
                 State_ptr=state_cache,
                 state_block_stride=state_cache.stride(0),
@@ -289,12 +443,16 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
                 ReqIdx_ptr=req_indices,
                 Out_ptr=out,
                 out_row_stride=out.stride(0),
+                n_tokens=tokens,
+                n_chunks=n_chunks,
                 HEAD_DIM=head_dim,
                 STATE_WIDTH=layout.state_width(head_dim),
                 COMPRESS_RATIO=compress_ratio,
                 OVERLAP=layout.overlap,
                 BLOCK_SIZE=block_size,
                 BLOCK_D=key.block_d,
+                PROGRAM_D=key.program_d,
+                SCAN=key.scan,
                 USE_GDC=launch_pdl and GDC_AVAILABLE,
                 num_warps=key.num_warps,
                 launch_pdl=launch_pdl,

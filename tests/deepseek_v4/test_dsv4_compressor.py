@@ -181,3 +181,79 @@ def test_pdl_runs_under_the_interpreter():
     CompressWindowsKernel()(**inputs, launch_pdl=True)
     closing = (inputs["positions"] + 1) % 4 == 0
     assert_rel_close(out[closing, :8], expected[closing, :8])
+
+
+# --- ratio 128: programs scan chunks of tokens ----------------------------------------------
+
+@pytest.mark.parametrize("min_programs", [1, 40])
+@pytest.mark.parametrize("head_dim", [16, 80])
+def test_ratio128_chunks_with_many_window_ends(monkeypatch, min_programs, head_dim):
+    """A program scans up to 128 tokens and handles every window end among them in turn:
+    many ends per chunk, chunks of different lengths, several column groups (80 = 64 + 16)."""
+    from deepseek_v4 import compressor
+
+    monkeypatch.setattr(compressor, "_MIN_PROGRAMS", min_programs)
+    inputs, out = _paged_case(128, head_dim, requests=3, max_len=400, tokens=150,
+                              index_dtype=random.choice([torch.int32, torch.int64]))
+    spec = CompressWindowsKernel().launch_spec(**inputs)
+    tokens, n_chunks = inputs["positions"].shape[0], spec.kwargs["n_chunks"]
+    assert n_chunks % 2 == 1 and n_chunks * 128 >= tokens
+    assert n_chunks == 3 if min_programs == 1 else 3 < n_chunks < tokens
+    assert spec.grid == (n_chunks * -(-head_dim // spec.key.program_d),)
+    _check(inputs, out)
+
+
+def test_ratio128_prefill_gives_each_program_one_window(monkeypatch):
+    """Requests' consecutive positions, as a prefill sends them: any 128 consecutive
+    tokens of a request hold one window end, wherever the chunks start."""
+    from deepseek_v4 import compressor
+
+    monkeypatch.setattr(compressor, "_MIN_PROGRAMS", 1)
+    ratio, head_dim, block_size = 128, 24, 8
+    lengths = [300, 517, 129]
+    width = head_dim
+    max_blocks = -(-max(lengths) // block_size)
+    cache = poison((len(lengths) * max_blocks + 3, block_size, 2 * width))
+    block_table = torch.randperm(len(lengths) * max_blocks).int().view(len(lengths), max_blocks)
+    positions, req_indices = [], []
+    for r, length in enumerate(lengths):
+        q = torch.arange(length)
+        cache[block_table[r, q // block_size].long(), q % block_size] = torch.randn(length, 2 * width)
+        start = random.randrange(0, 40)  # an earlier chunk of this request ran in an earlier step
+        positions += range(start, length)
+        req_indices += [r] * (length - start)
+    out = poison((len(positions), head_dim))
+    inputs = dict(state_cache=cache, block_table=block_table, positions=torch.tensor(positions),
+                  req_indices=torch.tensor(req_indices, dtype=torch.int32), out=out, compress_ratio=ratio,
+                  head_dim=head_dim, block_size=block_size)
+    _check(inputs, out)
+
+
+def test_ratio128_launches_far_fewer_programs_than_tokens():
+    """64K prefill tokens: a program per 128 tokens and 64 columns, not one per token."""
+    tokens, head_dim = 65536, 512
+    inputs = dict(state_cache=torch.empty(1, 8, 2 * head_dim), block_table=torch.zeros(16, 512, dtype=torch.int32),
+                  positions=torch.zeros(tokens, dtype=torch.int32), req_indices=torch.zeros(tokens, dtype=torch.int32),
+                  out=torch.empty(tokens, head_dim), compress_ratio=128, head_dim=head_dim, block_size=8)
+    spec = CompressWindowsKernel().launch_spec(**inputs)
+    assert spec.kwargs["n_chunks"] == tokens // 128 + 1  # odd
+    assert spec.grid == ((tokens // 128 + 1) * head_dim // spec.key.program_d,)
+    small = CompressWindowsKernel().launch_spec(**{**inputs, "positions": inputs["positions"][:64],
+                                                   "req_indices": inputs["req_indices"][:64], "out": inputs["out"][:64]})
+    assert small.kwargs["n_chunks"] == 64  # a decode batch: a program per token
+    ratio4 = CompressWindowsKernel().launch_spec(**{**inputs, "compress_ratio": 4, "block_size": 4,
+                                                    "state_cache": torch.empty(1, 4, 4 * head_dim)})
+    assert ratio4.grid == (tokens,)
+
+
+def test_ratio128_window_ends_of_a_prefill_or_of_lockstep_decodes_fall_in_different_chunks():
+    """Chunks take every n_chunks-th token, n_chunks odd: window ends 128 tokens apart
+    (a prefill) and runs of consecutive tokens (decodes) land in different programs."""
+    from deepseek_v4.compressor import _chunk, _n_chunks
+
+    tokens = 65536
+    n_chunks = _n_chunks(tokens, _chunk(tokens, 512, 128, 64))
+    ends = torch.arange(127, tokens, 128)  # requests of 4096 tokens from position 0
+    assert len(set((ends % n_chunks).tolist())) == len(ends)
+    decodes = torch.arange(5000, 5000 + 300)
+    assert len(set((decodes % n_chunks).tolist())) == len(decodes)
