@@ -55,7 +55,6 @@ from deepseek_v4.common import (
 )
 
 _INDEX_DTYPES = tuple(INDEX_DTYPES.values())
-_TILE_ELEMENTS = 8192  # rows x BLOCK_D loaded per step: 64 floats per thread at 4 warps
 # Ratio 128: the tokens a program scans (at most SCAN) are the largest power of two that
 # still leaves at least this many programs (chunks x column groups); see _chunk.
 _MIN_PROGRAMS = 512
@@ -201,19 +200,22 @@ class Tiling:
 
 
 def _tiling(compress_ratio: int, head_dim: int) -> Tiling:
-    """A ``rows x BLOCK_D`` tile of about 8K floats per step.
+    """How a window is split, from the H200 sweep (device notes 6 and 7).
 
-    Ratio 4 reads 8 rows, so a whole head of 512 fits in one step and one program does
-    it. Ratio 128 reads 128 rows: chunks of 64 columns (256 B per row and tensor), one
-    per program, each program scanning up to 128 tokens for window ends.
+    Ratio 4 reads 8 rows: one program per token takes the whole head in one step, a warp
+    per 128 columns (head 512: 0.92 of copy at 64K tokens and 5.5 us at 1024; one warp
+    walking 128 columns at a time reaches 0.95 at 64K but takes 10 us at 1024). Ratio
+    128 reads 128 rows: 4-warp programs of 32-column steps, each owning a group of up to
+    128 columns and scanning up to 128 tokens for window ends (head 512: 0.84 at 64K;
+    64-column steps, 8 warps, one step per program: 0.56).
     """
-    overlap = LAYOUTS[compress_ratio].overlap
-    rows = 2 * compress_ratio if overlap else compress_ratio
-    block_d = min(triton.next_power_of_2(head_dim), max(16, _TILE_ELEMENTS // rows))
-    num_warps = max(1, min(8, rows * block_d // 1024))
-    if overlap:
-        return Tiling(scan=1, block_d=block_d, program_d=block_d * triton.cdiv(head_dim, block_d), num_warps=num_warps)
-    return Tiling(scan=compress_ratio, block_d=block_d, program_d=block_d, num_warps=num_warps)
+    if LAYOUTS[compress_ratio].overlap:
+        block_d = min(triton.next_power_of_2(head_dim), 512)
+        return Tiling(scan=1, block_d=block_d, program_d=block_d * triton.cdiv(head_dim, block_d),
+                      num_warps=max(1, block_d // 128))
+    block_d = min(triton.next_power_of_2(head_dim), 32)
+    program_d = min(128, max(block_d, triton.next_power_of_2(head_dim) // 2))
+    return Tiling(scan=compress_ratio, block_d=block_d, program_d=program_d, num_warps=4)
 
 
 def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: int | None = None) -> int:

@@ -22,7 +22,7 @@ from dsv4_helpers import assert_rel_close, manifest_keys, poison
 from deepseek_v4 import compress_windows, save_partial_states
 from deepseek_v4.common import LAYOUTS
 from deepseek_v4.reference import compress_sequence_ref
-from jitkern import TritonJitKernel
+from jitkern.testing import record_launches
 
 
 @dataclass(eq=False)  # identity: requests are compared as objects
@@ -147,7 +147,7 @@ class Schedule:
             assert self.checked[id(request)] == windows, "some closed windows were never checked"
 
 
-@pytest.mark.parametrize(
+DEPLOYMENTS = pytest.mark.parametrize(
     "ratio,head_dim,requests,lengths,max_chunk",
     [
         (4, 128, 6, (9, 60), 12),
@@ -157,21 +157,18 @@ class Schedule:
     ],
     ids=["ratio4-head128", "ratio4-head512", "ratio128-head128", "ratio128-head512"],
 )
+
+
+def run_schedule(ratio, head_dim, requests, lengths, max_chunk) -> None:
+    index_dtype = random.choice([torch.int32, torch.int64])
+    Schedule(ratio, head_dim, requests=requests, lengths=lengths, max_chunk=max_chunk, index_dtype=index_dtype).run()
+
+
+@DEPLOYMENTS
 def test_schedule_matches_sequence_reference_and_manifest(ratio, head_dim, requests, lengths, max_chunk):
-    launched = []
-    original = TritonJitKernel.launch
-
-    def recording_launch(kernel, spec):
-        launched.append((kernel, spec.key))
-        original(kernel, spec)
-
-    TritonJitKernel.launch = recording_launch
-    try:
-        index_dtype = random.choice([torch.int32, torch.int64])
-        Schedule(ratio, head_dim, requests=requests, lengths=lengths, max_chunk=max_chunk,
-                 index_dtype=index_dtype).run()
-    finally:
-        TritonJitKernel.launch = original
+    with record_launches() as launches:
+        run_schedule(ratio, head_dim, requests, lengths, max_chunk)
+    launched = [(kernel, spec.key) for kernel, spec in launches]
 
     known = manifest_keys()
     missing = {k.describe(key) for k, key in launched if key not in known.get(k.name, set())}
