@@ -106,6 +106,7 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     plan, _note = resolve(manifest_paths, target=None)
     if interpreting():
         return []
+    _start_gpu_context()  # once per process: not a cost of any one binary
     fresh: list[str] = []
 
     def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
@@ -128,6 +129,14 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
 
 class MissingBinary(RuntimeError):
     pass
+
+
+def _start_gpu_context() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the primary context exists from here on
 
 
 def summarise(outcomes: list[CompileOutcome]) -> list[dict[str, Any]]:

@@ -38,9 +38,11 @@ def _runs_in_this_mode(item) -> bool:
     compiled, gpu = item.get_closest_marker("compiled"), item.get_closest_marker("gpu")
     if MODE == "compiled":
         return compiled is not None
-    if compiled is not None or item.path.name == "test_compiled_mode.py":
+    if compiled is not None:
         return False
-    return gpu is None or MODE == "gpu"
+    if MODE == "gpu":  # the compiled-mode subprocess is a CPU concern
+        return item.path.name != "test_compiled_mode.py"
+    return gpu is None
 
 
 def pytest_collection_modifyitems(config, items):
