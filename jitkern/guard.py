@@ -44,7 +44,7 @@ def set_mode(mode: str, record_file: str | Path | None = None) -> None:
     _state["record_file"] = Path(record_file or settings.current().guard_record_file)
     if mode == "off":
         hooks.remove_watchers(on_cache_miss=_on_cache_miss)
-    elif _on_cache_miss not in hooks._cache_miss_watchers:
+    else:
         hooks.add_watchers(on_cache_miss=_on_cache_miss)
 
 

@@ -48,10 +48,11 @@ def _install() -> None:
 
 
 def add_watchers(on_compile: CompileListener | None = None, on_cache_miss: CacheMissWatcher | None = None) -> None:
+    """Start calling these watchers (a watcher already added is not added twice)."""
     _install()
-    if on_compile is not None:
+    if on_compile is not None and on_compile not in _compile_listeners:
         _compile_listeners.append(on_compile)
-    if on_cache_miss is not None:
+    if on_cache_miss is not None and on_cache_miss not in _cache_miss_watchers:
         _cache_miss_watchers.append(on_cache_miss)
 
 

@@ -3,7 +3,6 @@
 import timeit
 
 import torch
-import triton
 from triton.runtime.driver import driver
 
 from jitkern.examples.axpy import AxpyKernel

@@ -8,7 +8,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
-import triton.testing  # noqa: E402
 
 from benchmarks.bench_step5 import Timer, bench_decode, bench_prefill  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from jitkern import guard
+from jitkern import guard, settings
 from jitkern.examples.axpy import AxpyKernel, axpy
 from jitkern.testing import record_launches, triton_lookup_key
 
@@ -66,3 +66,12 @@ def test_launch_hooks_fire_on_the_direct_path():
     finally:
         triton.knobs.runtime.launch_enter_hook = None
     assert seen == ["_axpy_kernel"]
+
+
+def test_direct_launch_can_be_turned_off():
+    x, y = inputs(100)
+    with settings.scope(direct_launch=False):
+        axpy(x, y, 1.0)
+    assert not KERNEL._direct_launches  # every launch takes Triton's own path
+    axpy(x, y, 1.0)
+    assert KERNEL._direct_launches

@@ -35,7 +35,6 @@ from step5.reference import (
 from step5_testing import (
     load_golden,
     OTHER_POISON,
-    POISON,
     BlockTables,
     assert_mean_matches,
     poisoned_mean,
