@@ -133,6 +133,8 @@ def build_launcher(binary: Any) -> None:
     }
     launcher = cuda_driver.make_launcher(constants, dict(source.signature), getattr(binary.metadata, "tensordesc_meta", None))
     stand_in = _stand_in_libcuda()
+    if stand_in is not None and _launcher_cached(launcher):
+        return  # loading it here would fail (no driver) and make Triton build it again
     try:
         with _environment(CC=stand_in.compiler if stand_in else None):
             compile_module_from_src(
@@ -142,6 +144,19 @@ def build_launcher(binary: Any) -> None:
     except ImportError:
         if stand_in is None:
             raise
+
+
+def _launcher_cached(launcher_source: str) -> bool:
+    """Whether Triton's cache holds this launcher: its key, as ``compile_module_from_src``
+    computes it, is the C source and the platform."""
+    import sysconfig
+
+    from triton.runtime.build import platform_key
+    from triton.runtime.cache import get_cache_manager
+
+    key = hashlib.sha256((launcher_source + platform_key()).encode("utf-8")).hexdigest()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    return get_cache_manager(key).get_file(f"__triton_launcher{suffix}") is not None
 
 
 @dataclass(frozen=True)
