@@ -154,8 +154,12 @@ class Schedule:
 
 
 def run_schedule(schedule: Schedule, steps: int) -> list[str]:
-    kinds = []
-    for step in range(steps):
+    """At least ``steps`` random steps, and more (up to 4x) until every kind of step the
+    deployment has (mixed prefill, decode, and verify with speculation) has run."""
+    wanted = {"mixed", "decode"} | ({"verify"} if schedule.k else set())
+    kinds: list[str] = []
+    step = 0
+    while step < steps or (not wanted <= set(kinds) and step < 4 * steps):
         for request in list(schedule.prompt):
             if request not in schedule.prefilling() and random.random() < 0.12:
                 schedule.finish(request)
@@ -167,6 +171,7 @@ def run_schedule(schedule: Schedule, steps: int) -> list[str]:
         getattr(schedule, f"{kind}_step")()
         kinds.append(kind)
         schedule.check(step)
+        step += 1
     return kinds
 
 
