@@ -75,3 +75,28 @@ def test_direct_launch_can_be_turned_off():
     assert not KERNEL._direct_launches  # every launch takes Triton's own path
     axpy(x, y, 1.0)
     assert KERNEL._direct_launches
+
+
+def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch):
+    """Sampled deployment-shaped calls of every shipped kernel (benchmarks/launch_samples.py),
+    launched twice: the second launch goes direct, through the binary Triton's own path
+    looked up for the first."""
+    from pathlib import Path
+
+    from jitkern import registry
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    from benchmarks import launch_samples
+
+    for name in registry.kernel_names():
+        registry.get_kernel(name).forget_binaries()
+    with record_launches() as first:
+        launch_samples.drive_all("cpu")
+    with record_launches() as second:
+        launch_samples.drive_all("cpu")
+    launched = {kernel.name for kernel, _ in first}
+    assert launched >= {name for name in registry.kernel_names() if not name.startswith("jitkern.")}, launched
+    for kernel, spec in second:
+        direct = kernel._direct_launches[spec.key]
+        binaries = kernel.kernel.device_caches["compile-only:cuda:90"][0]
+        assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
