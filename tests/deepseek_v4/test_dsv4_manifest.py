@@ -29,7 +29,8 @@ def test_manifests_exist_and_cover_both_kernels_head_dims_and_ratios():
 
 def test_manifests_load_with_the_jitkern_loader():
     """The loader validates each config against get_warmup_keys' annotations."""
-    manifest = pytest.importorskip("jitkern.manifest")
+    from jitkern import manifest
+
     for path in MANIFESTS:
         keys = manifest.manifest_keys(manifest.load_manifest(path))
         assert {name: set(k) for name, k in keys.items()} == manifest_keys()
@@ -87,10 +88,9 @@ def _deployment_calls(head_dim: int, ratio: int, index_dtype, table_width: int, 
 def test_serving_launches_hit_binaries_the_manifest_builds(triton_cache):
     """At Triton's level: the binary each deployment-shaped launch looks up (its real
     strides and pointer alignments) is one that warming the manifest compiled."""
-    testing = pytest.importorskip("jitkern.testing")
-    if not hasattr(testing, "uncovered_by_warmup"):
-        pytest.skip("jitkern.testing.uncovered_by_warmup not available")
     import torch
+
+    from jitkern import testing
 
     from deepseek_v4 import CompressWindowsKernel, SavePartialStatesKernel, compress_windows, save_partial_states
     from jitkern.targets import compile_only, parse_target
