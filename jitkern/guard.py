@@ -59,7 +59,7 @@ def install_from_environment() -> None:
         set_mode(configured.guard_mode, configured.guard_record_file)
 
 
-def describe_miss(fn: Any, is_warmup: bool = False) -> tuple[str, dict[str, Any] | None]:
+def describe_miss(fn: Any) -> tuple[str, dict[str, Any] | None]:
     """What missed, in words, and the manifest entry that would have covered it."""
     kernel = active_launch.kernel or registry.kernel_of_jit_function(getattr(fn, "jit_function", None))
     if kernel is None or active_launch.key is None:

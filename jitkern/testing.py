@@ -109,8 +109,9 @@ def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[Any]]) -> list[
             for key in keys_by_kernel.get(kernel.name, ()):
                 kernel.compile(key)
             warmed[kernel.name] = set(jit_function.device_caches[device][0])
-        if triton_lookup_key(kernel, spec) not in warmed[kernel.name]:
-            uncovered.append(f"{kernel.describe(spec.key)} with Triton key {triton_lookup_key(kernel, spec)}")
+        lookup_key = triton_lookup_key(kernel, spec)
+        if lookup_key not in warmed[kernel.name]:
+            uncovered.append(f"{kernel.describe(spec.key)} with Triton key {lookup_key}")
     return list(dict.fromkeys(uncovered))
 
 
