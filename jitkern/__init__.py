@@ -12,8 +12,10 @@ from jitkern.kernel import (
 )
 from jitkern.warmup_inputs import TritonWarmupTensor, int_representative, is_aligned
 
+from jitkern import cache as _cache
 from jitkern import guard as _guard
 
+_cache.install()
 _guard.install_from_environment()
 
 __all__ = [

@@ -16,11 +16,13 @@ import multiprocessing
 import os
 import time
 import traceback
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import hooks, registry
+from jitkern.cache import DamagedCacheEntry, EntryState, inspect_entry
 from jitkern.kernel import JitKernel, key_name
 from jitkern.targets import compile_only, parse_target
 
@@ -45,10 +47,16 @@ class CompileOutcome:
     status: str
     seconds: float
     error: str = ""
+    replaced: str = ""
+    """Why the cache's entry for the key could not be used, when this run replaced it."""
 
 
 def compile_task(task: CompileTask) -> CompileOutcome:
-    """Compile one key here; a compiler error becomes a failed outcome, not an exception."""
+    """Compile one key here; a compiler error becomes a failed outcome, not an exception.
+
+    A damaged cache entry reads as absent (``jitkern.cache``), so it is compiled again
+    and replaced; the outcome says what was wrong with it.
+    """
     kernel = registry.get_kernel(task.kernel_name)
     fresh_compiles: list[bool] = []
 
@@ -56,15 +64,18 @@ def compile_task(task: CompileTask) -> CompileOutcome:
         fresh_compiles.append(not cache_hit)
 
     start = time.perf_counter()
-    try:
-        with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
-            binary = kernel.compile(task.key)
-        if binary is not None:
-            build_launcher(binary)
-    except Exception as error:  # the compiler's message is the useful part
-        return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DamagedCacheEntry)
+        try:
+            with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
+                binary = kernel.compile(task.key)
+            if binary is not None:
+                build_launcher(binary)
+        except Exception as error:  # the compiler's message is the useful part
+            return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
+    replaced = "; ".join(str(w.message) for w in caught if issubclass(w.category, DamagedCacheEntry))
     status = COMPILED if any(fresh_compiles) else CACHED
-    return CompileOutcome(task, status, time.perf_counter() - start)
+    return CompileOutcome(task, status, time.perf_counter() - start, replaced=replaced)
 
 
 def compile_tasks(
@@ -201,9 +212,20 @@ def _stand_in_libcuda() -> _StandIn | None:
         file.write("void jitkern_libcuda_stand_in(void) {}\n")
     library = os.path.join(folder, "libcuda.so.1")
     subprocess.run([real_compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source], check=True)
+    previous = os.environ.get("TRITON_LIBCUDA_PATH")
     triton.knobs.nvidia.libcuda_path = folder
+    # Setting the knob also exports TRITON_LIBCUDA_PATH; a child process (a warmup run
+    # from a test, say) would then take the stand-in for a real driver.
+    _environment_restore("TRITON_LIBCUDA_PATH", previous)
     _stand_in.append(_StandIn(folder, compiler))
     return _stand_in[0]
+
+
+def _environment_restore(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -216,10 +238,7 @@ def _environment(**values: str | None) -> Iterator[None]:
         yield
     finally:
         for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            _environment_restore(name, value)
 
 
 # --- checking a cache without compiling -------------------------------------------
@@ -228,35 +247,40 @@ def _environment(**values: str | None) -> Iterator[None]:
 class _Probe(Exception):
     """Raised from Triton's cache-miss hook to stop it after we learned the cache key."""
 
-    def __init__(self, present: bool):
-        self.present = present
+    def __init__(self, state: EntryState):
+        self.state = state
 
 
-def is_cached(kernel: JitKernel, key: Any, target: str) -> bool:
-    """Whether Triton's cache holds ``key``'s binary for ``target``; compiles nothing.
+def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
+    """What Triton's cache holds for ``key``'s binary for ``target``; compiles nothing.
 
     Runs the kernel's warmup through Triton's own binding and specialisation, and stops
     it in the cache-miss hook: there Triton hands over the signature, constants and
     options it would compile with, from which the on-disk cache key follows exactly as
-    ``triton.compile`` computes it.
+    ``triton.compile`` computes it. The entry is then checked whole (``inspect_entry``).
     """
     with compile_only(parse_target(target)), hooks.watching(on_cache_miss=_probe_cache), \
             _fresh_in_process_cache(kernel):
         try:
             kernel.compile(key)
         except _Probe as probe:
-            return probe.present
-    return True  # the hook never fired: nothing to compile (e.g. under the interpreter)
+            return probe.state
+    return EntryState({})  # the hook never fired: nothing to compile (e.g. under the interpreter)
+
+
+def is_cached(kernel: JitKernel, key: Any, target: str) -> bool:
+    return entry_state(kernel, key, target).usable
 
 
 def _probe_cache(*, fn, compile, **_: Any) -> None:
-    raise _Probe(_cache_has(fn.jit_function, compile))
+    raise _Probe(_entry_state(fn.jit_function, compile))
 
 
-def _cache_has(jit_function, compile: dict) -> bool:
+def _entry_state(jit_function, compile: dict) -> EntryState:
     """Mirror ``triton.compile``'s cache lookup for what the hook says it would build."""
+    import triton
     from triton.compiler.compiler import ASTSource, get_cache_invalidating_env_vars, make_backend
-    from triton.runtime.cache import get_cache_key, get_cache_manager
+    from triton.runtime.cache import _base32, get_cache_key
     from triton.runtime.driver import driver
 
     backend = make_backend(driver.active.get_current_target())
@@ -267,8 +291,8 @@ def _cache_has(jit_function, compile: dict) -> bool:
     src = ASTSource(jit_function, compile["signature"], compile["constants"], compile["configs"][0])
     options = backend.parse_options(dict(options, **src.parse_options()))
     cache_key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
-    cache = get_cache_manager(hashlib.sha256(cache_key.encode("utf-8")).hexdigest())
-    return cache.get_group(f"{src.name[:150]}.json") is not None
+    entry_dir = os.path.join(triton.knobs.cache.dir, _base32(hashlib.sha256(cache_key.encode("utf-8")).hexdigest()))
+    return inspect_entry(entry_dir, f"{src.name[:150]}.json")
 
 
 @contextlib.contextmanager
@@ -297,5 +321,5 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "is_cached", "tasks_for",
+__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_state", "is_cached", "tasks_for",
            "default_jobs", "COMPILED", "CACHED", "FAILED"]

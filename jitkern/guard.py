@@ -94,6 +94,43 @@ def _record(entry: dict[str, Any]) -> None:
             record.write(line + "\n")
 
 
+def merge_record(record_file: str | Path, manifest_path: str | Path) -> int:
+    """Add the record file's keys that ``manifest_path`` does not cover yet to it, as
+    ``keys`` entries; returns how many. The manifest is rewritten only if the result
+    loads, and atomically (a reader sees the old file or the new one)."""
+    import os
+    import tempfile
+
+    from jitkern.kernel import key_fields
+    from jitkern.manifest import load_manifest, manifest_keys
+
+    path = Path(manifest_path)
+    covered = {name: [key_fields(key) for key in keys] for name, keys in manifest_keys(load_manifest(path)).items()}
+    document = json.loads(path.read_text())
+    added = 0
+    for entry in recorded_entries(record_file):
+        new = [key for key in entry["keys"] if key not in covered.get(entry["kernel"], [])]
+        if not new:
+            continue
+        target = next((k for k in document["kernels"] if k["kernel"] == entry["kernel"] and "keys" in k), None)
+        if target is None:
+            target = {"kernel": entry["kernel"], "keys": []}
+            document["kernels"].append(target)
+        target["keys"].extend(new)
+        added += len(new)
+    if added:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(handle, "w") as file:
+            file.write(json.dumps(document, indent=2) + "\n")
+        try:
+            load_manifest(temporary)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+    return added
+
+
 def recorded_entries(record_file: str | Path) -> list[dict[str, Any]]:
     """Turn a record file into manifest ``kernels`` entries, one per kernel."""
     keys: dict[str, list[dict[str, Any]]] = {}

@@ -3,6 +3,7 @@
     python -m jitkern.warmup MANIFEST... [--target cuda:90] [--cache-dir DIR] [--jobs N]
                              [--check] [--list] [--report FILE]
     python -m jitkern.warmup schema
+    python -m jitkern.warmup merge-record RECORD MANIFEST
 
 With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (or with
 no GPU, for the manifests' own targets) it compiles for that target with no GPU needed.
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jitkern.compile import CACHED, COMPILED, FAILED, CompileOutcome, compile_tasks, default_jobs, is_cached, tasks_for
+from jitkern.cache import (CacheEntryUnusable, compiler_identity, describe_identity, foreign_maker, record_identity,
+                           refusing_compiles)
+from jitkern.compile import CACHED, COMPILED, FAILED, CompileOutcome, compile_tasks, default_jobs, entry_state, tasks_for
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
 from jitkern.settings import interpreting
@@ -72,19 +75,52 @@ def run_compile(plan: Plan, jobs: int, progress: bool = True) -> list[CompileOut
         bar.close()
 
 
-def run_check(plan: Plan, progress: bool = True) -> list[str]:
-    """Every task whose binary the cache lacks, described; compiles nothing."""
+@dataclass(frozen=True)
+class CheckResult:
+    """What ``--check`` found: each key the cache cannot serve, and who made the cache."""
+
+    total: int
+    unusable: list[str]  # "kernel[key] for target: not in the cache" (or what is damaged)
+    foreign: list[str]  # one line per target whose cache another compiler made
+
+    @property
+    def ok(self) -> bool:
+        return not self.unusable
+
+
+def run_check(plan: Plan, progress: bool = True) -> CheckResult:
+    """Check every key's entry is whole and usable by this compiler; compiles nothing."""
     from jitkern import registry
 
-    missing = []
     tasks = plan.tasks()
+    unusable: dict[str, list[str]] = {target: [] for target in plan.targets}
     bar = _progress_bar(len(tasks), "checking", progress)
     for task in tasks:
-        if not is_cached(registry.get_kernel(task.kernel_name), task.key, task.target):
-            missing.append(task.describe())
+        state = entry_state(registry.get_kernel(task.kernel_name), task.key, task.target)
+        if not state.usable:
+            unusable[task.target].append(f"{task.describe()}: {state.problem}")
         bar.update(1)
     bar.close()
-    return missing
+    per_target = len(tasks) // max(len(plan.targets), 1)
+    foreign = [line for target in plan.targets
+               if (line := foreign_cache_line(target, len(unusable[target]), per_target)) is not None]
+    return CheckResult(len(tasks), [line for lines in unusable.values() for line in lines], foreign)
+
+
+def foreign_cache_line(target: str, recompiles: int, total: int) -> str | None:
+    """One line when this cache was made for ``target`` by another compiler than ours."""
+    identity = compiler_identity(target)
+    maker = foreign_maker(cache_directory(), identity)
+    if maker is None:
+        return None
+    return (f"this cache was made by {describe_identity(maker)}; this process is {describe_identity(identity)}: "
+            f"{recompiles} of {total} keys would recompile")
+
+
+def cache_directory() -> str:
+    import triton
+
+    return triton.knobs.cache.dir
 
 
 @dataclass(frozen=True)
@@ -94,14 +130,19 @@ class LoadedKernel:
     seconds: float
 
 
+class MissingBinary(RuntimeError):
+    """``load`` found keys that the cache lacks or holds damaged; it compiled none of them."""
+
+
 def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     """Warm start: load every binary of the manifests into this process, compiling nothing.
 
     Each key is taken from Triton's cache onto this machine's GPU and its direct launch
-    prepared, so the first request launches at full speed. A key missing from the cache
-    raises ``MissingBinary`` naming it (run ``python -m jitkern.warmup`` first).
+    prepared, so the first request launches at full speed. Keys the cache lacks, or holds
+    damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
+    cache made by another compiler build is reported in one line, with the count.
     """
-    from jitkern import hooks
+    from jitkern import hooks, registry
 
     plan, _note = resolve(manifest_paths, target=None)
     if interpreting():
@@ -110,25 +151,30 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     fresh: list[str] = []
 
     def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
-        if not cache_hit:
+        if not cache_hit:  # only with a cache manager of the user's, which cannot refuse
             fresh.append(getattr(src, "name", str(src)))
 
-    from jitkern import registry
-
     loaded: dict[str, LoadedKernel] = {}
-    with hooks.watching(on_compile=on_compile):
+    unusable: list[str] = []
+    with hooks.watching(on_compile=on_compile), refusing_compiles():
         for name, key in plan.entries:
             start = time.perf_counter()
-            registry.get_kernel(name).compile(key)
+            try:
+                registry.get_kernel(name).compile(key)
+            except CacheEntryUnusable as error:
+                unusable.append(f"{name}[{key_name(key)}]: {error.problem}")
+                continue
             if fresh:
-                raise MissingBinary(f"{name}[{key_name(key)}] was not in the cache and had to be compiled")
+                unusable.append(f"{name}[{key_name(key)}]: not in the cache (it was compiled)")
+                fresh.clear()
             previous = loaded.get(name, LoadedKernel(name, 0, 0.0))
             loaded[name] = LoadedKernel(name, previous.binaries + 1, previous.seconds + time.perf_counter() - start)
+    if unusable:
+        foreign = foreign_cache_line(plan.targets[0], len(unusable), len(plan.entries))
+        raise MissingBinary(foreign or (
+            f"{len(unusable)} of {len(plan.entries)} keys are not usable in the cache {cache_directory()} "
+            "(run python -m jitkern.warmup on the manifests):\n  " + "\n  ".join(unusable)))
     return list(loaded.values())
-
-
-class MissingBinary(RuntimeError):
-    pass
 
 
 def _start_gpu_context() -> None:
@@ -218,11 +264,31 @@ def _print_load(manifest_paths: list[str]) -> int:
     return 0
 
 
+def _merge_record(argv: list[str]) -> int:
+    from jitkern.guard import merge_record
+
+    parser = argparse.ArgumentParser(
+        prog="python -m jitkern.warmup merge-record",
+        description="Add the keys a guard in record mode wrote (JITKERN_GUARD=record) to a manifest.")
+    parser.add_argument("record", help="the record file (JITKERN_GUARD_RECORD, JSON lines)")
+    parser.add_argument("manifest", help="the manifest to extend (rewritten in place)")
+    args = parser.parse_args(argv)
+    try:
+        added = merge_record(args.record, args.manifest)
+    except (ManifestError, OSError, ValueError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{added} key(s) added to {args.manifest}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["schema"]:
         print(json.dumps(json_schema(), indent=2))
         return 0
+    if argv[:1] == ["merge-record"]:
+        return _merge_record(argv[1:])
     args = build_parser().parse_args(argv)
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)
@@ -246,14 +312,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     progress = not args.no_progress
     if args.check:
-        missing = run_check(plan, progress)
-        total = len(plan.tasks())
-        if missing:
-            print(f"{len(missing)} of {total} keys missing from the cache:")
-            print("\n".join(f"  {line}" for line in missing))
+        checked = run_check(plan, progress)
+        for line in checked.foreign:
+            print(line)
+        if not checked.ok:
+            print(f"{len(checked.unusable)} of {checked.total} keys cannot be used from the cache:")
+            print("\n".join(f"  {line}" for line in checked.unusable))
             return 1
-        print(f"all {total} keys in the cache")
+        print(f"all {checked.total} keys in the cache, whole")
         return 0
+    try:
+        for target in plan.targets:
+            record_identity(cache_directory(), compiler_identity(target))
+    except OSError as error:
+        print(f"error: cannot write the cache directory {cache_directory()}: {error.strerror or error}; "
+              "nothing was compiled", file=sys.stderr)
+        return 2
     print(note, file=sys.stderr)
     start = time.perf_counter()
     outcomes = run_compile(plan, args.jobs, progress)
@@ -263,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = report(outcomes, wall, plan)
     if args.report:
         args.report.write_text(json.dumps(summary, indent=2) + "\n")
+    for outcome in outcomes:
+        if outcome.replaced:
+            print(f"replaced a damaged entry of {outcome.task.describe()}: {outcome.replaced}", file=sys.stderr)
     for failure in summary["failures"]:
         print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])}:\n  {failure['error']}", file=sys.stderr)
     return 1 if summary["failures"] else 0

@@ -1,0 +1,65 @@
+"""Shared steps of the reliability tests: warm a manifest here, look inside a cache."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Any
+
+from jitkern import hooks, registry
+from jitkern.cache import MISSING, inspect_entry
+from jitkern.compile import COMPILED, CACHED, compile_task
+from jitkern.warmup import resolve
+
+
+def warm(manifest: Path) -> dict[Any, Path]:
+    """Compile every key of ``manifest`` for cuda:90 in this process; key -> its cache entry."""
+    plan, _note = resolve([str(manifest)], "cuda:90")
+    entries: dict[Any, Path] = {}
+    for task in plan.tasks():
+        groups: list[dict] = []
+        with hooks.watching(on_compile=lambda *, metadata_group, **_: groups.append(metadata_group)):
+            outcome = compile_task(task)
+        assert outcome.status in (COMPILED, CACHED), outcome.error
+        entries[task.key] = Path(next(iter(groups[-1].values()))).parent
+    return entries
+
+
+def forget_all_binaries() -> None:
+    for name in registry.kernel_names():
+        registry.get_kernel(name).forget_binaries()
+
+
+def entry_states(cache: Path) -> dict[str, str | None]:
+    """Every kernel entry folder of the cache -> None when whole, else what is wrong with it
+    (``MISSING`` when it has no group file: a partial entry nobody can see)."""
+    states = {}
+    for folder in cache.iterdir():
+        if not folder.is_dir() or folder.name.startswith("tmp") or list(folder.glob("__triton_launcher*")):
+            continue
+        groups = list(folder.glob("__grp__*.json"))
+        states[folder.name] = inspect_entry(str(folder), groups[0].name.removeprefix("__grp__")).problem \
+            if groups else MISSING
+    return states
+
+
+def files_of(folder: Path) -> dict[str, int]:
+    """Every file under ``folder`` and its size: a snapshot to compare."""
+    return {str(path.relative_to(folder)): path.stat().st_size for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def drop_root_override() -> None:
+    """For ``preexec_fn``: a root child loses the power to write where permissions say no
+    (CAP_DAC_OVERRIDE), so a read-only directory is read-only for it as for anyone else."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, cap_dac_override = 24, 1
+    if libc.prctl(pr_capbset_drop, cap_dac_override, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP, CAP_DAC_OVERRIDE)")
+
+
+def make_read_only(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
