@@ -12,9 +12,14 @@ EXAMPLE = REPO / "warmup_manifests" / "jitkern-example.json"
 
 
 def warmup(*args, cache_dir, background=False, **popen):
-    """Run the CLI on ``cache_dir``; ``background`` returns the running ``Popen``."""
+    """Run the CLI on ``cache_dir``, with no progress bar; ``background`` returns the ``Popen``."""
+    return cli(*args, "--no-progress", cache_dir=cache_dir, background=background, **popen)
+
+
+def cli(*args, cache_dir, background=False, **popen):
+    """Run ``python -m jitkern.warmup ARGS`` on ``cache_dir``."""
     environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), TRITON_INTERPRET="0")
-    command = [sys.executable, "-m", "jitkern.warmup", *map(str, args), "--no-progress"]
+    command = [sys.executable, "-m", "jitkern.warmup", *map(str, args)]
     if background:
         return subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, **popen)

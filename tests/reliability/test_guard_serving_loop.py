@@ -1,0 +1,79 @@
+"""The guard in a serving loop that meets a key outside its manifest (issue 6, promise 8)."""
+
+import json
+
+import pytest
+import torch
+from reliability_testing import forget_all_binaries, warm
+from warmup_testing import cli, example_manifest
+
+from jitkern import guard
+from jitkern.examples.axpy import axpy
+from jitkern.testing import assert_no_compile
+from jitkern.warmup import load
+
+pytestmark = pytest.mark.compiled
+
+# Requests of a serving loop: (dtype, elements). The float16 one is outside a float32 deployment.
+REQUESTS = [(torch.float32, 1), (torch.float32, 64), (torch.float32, 1000), (torch.float16, 33), (torch.float32, 17)]
+UNSEEN = "jitkern.example.axpy[dtype=float16,block_size=1024,n_elements=17,x_aligned=True,y_aligned=True," \
+         "out_aligned=True]"
+
+
+def serve() -> int:
+    for dtype, elements in REQUESTS:
+        x = torch.randn(elements).to(dtype)
+        axpy(x, x, 0.5)
+    return len(REQUESTS)
+
+
+def start_serving(manifest) -> None:
+    """A fresh serving process: nothing in memory, then a warm start from the cache."""
+    forget_all_binaries()
+    load([str(manifest)])
+
+
+def test_error_mode_names_kernel_key_and_the_entry_to_add(dry_run_gpu, tmp_path):
+    manifest = example_manifest(tmp_path / "serving.json", dtypes=["float32"])
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with pytest.raises(guard.ServeTimeCompile) as refused:
+            serve()
+    finally:
+        guard.set_mode("off")
+    message = str(refused.value)
+    assert message.startswith(f"serve-time compile of {UNSEEN}")
+    entry = json.loads(message.split("a manifest entry covering it: ", 1)[1])
+    assert entry == {"kernel": "jitkern.example.axpy", "keys": [{
+        "dtype": "float16", "block_size": 1024, "n_elements": 17, "x_aligned": True, "y_aligned": True,
+        "out_aligned": True}]}
+
+
+def test_record_mode_then_merge_and_warm_again_serves_with_zero_compiles(dry_run_gpu, triton_cache, tmp_path):
+    manifest = example_manifest(tmp_path / "serving.json", dtypes=["float32"])
+    record = tmp_path / "unseen.jsonl"
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("record", record)
+        assert serve() == len(REQUESTS)  # the loop goes on; the unseen key is written down
+    finally:
+        guard.set_mode("off")
+    (line,) = record.read_text().splitlines()
+    assert json.loads(line)["key"]["dtype"] == "float16"
+
+    merged = cli("merge-record", record, manifest, cache_dir=triton_cache)
+    assert merged.returncode == 0 and "1 key(s) added" in merged.stdout, merged.stderr
+    again = cli("merge-record", record, manifest, cache_dir=triton_cache)
+    assert "0 key(s) added" in again.stdout  # merging twice adds nothing
+    assert len(warm(manifest)) == 4
+
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with assert_no_compile():
+            assert serve() == len(REQUESTS)
+    finally:
+        guard.set_mode("off")
