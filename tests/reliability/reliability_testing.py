@@ -33,15 +33,15 @@ def forget_all_binaries() -> None:
 
 
 def entry_states(cache: Path) -> dict[str, str | None]:
-    """Every kernel entry folder of the cache -> None when whole, else what is wrong with it
-    (``MISSING`` when it has no group file: a partial entry nobody can see)."""
+    """Every kernel entry folder of the cache -> None when jitkern would use it, else why not
+    (``MISSING`` for a partial entry: one whose group file was not written yet)."""
     states = {}
     for folder in cache.iterdir():
         if not folder.is_dir() or folder.name.startswith("tmp") or list(folder.glob("__triton_launcher*")):
             continue
-        groups = list(folder.glob("__grp__*.json"))
-        states[folder.name] = inspect_entry(str(folder), groups[0].name.removeprefix("__grp__")).problem \
-            if groups else MISSING
+        files = [path for path in folder.iterdir() if path.is_file() and not path.name.startswith("__grp__")]
+        group_name = files[0].stem + ".json" if files else "none.json"
+        states[folder.name] = inspect_entry(str(folder), group_name).problem
     return states
 
 
