@@ -68,6 +68,8 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     PDL needs Hopper (sm_90) or newer; elsewhere (older GPUs, the CPU interpreter) the
     request is dropped rather than failing, so one engine config runs everywhere.
     """
+    if pdl_kwargs is not None and not isinstance(pdl_kwargs, dict):
+        raise ValueError(f"pdl_kwargs: expected a dict like {{'launch_pdl': True}}, got {type(pdl_kwargs).__name__}")
     if not pdl_kwargs:
         return False
     unknown = set(pdl_kwargs) - {"launch_pdl"}
@@ -113,12 +115,22 @@ def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
 
 
 def check_same_device(**tensors: torch.Tensor) -> torch.device:
-    devices = {name: tensor.device for name, tensor in tensors.items()}
-    first = next(iter(devices.values()))
-    for name, device in devices.items():
-        if device != first:
-            raise ValueError(f"{name}: on {device}, expected {first} like the other inputs")
-    return first
+    """The one device of all tensors. The error names the tensor that is elsewhere: the
+    expected device is the one most of them are on (in a tie, the first named's)."""
+    devices = [tensor.device for tensor in tensors.values()]
+    if devices.count(devices[0]) == len(devices):
+        return devices[0]
+    expected = max(devices, key=devices.count)  # max keeps the first of equal counts
+    for name, tensor in tensors.items():
+        if tensor.device != expected:
+            raise ValueError(f"{name}: on {tensor.device}, expected {expected} like the other inputs")
+    return expected
+
+
+def check_positive_int(name: str, value: Any) -> None:
+    """A size: a positive int, and not a bool (``True`` would pass for 1)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: must be a positive int, got {value!r}")
 
 
 def _check_tensor(name: str, tensor: Any) -> None:

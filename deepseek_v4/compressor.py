@@ -47,6 +47,7 @@ from deepseek_v4.common import (
     LAYOUTS,
     check_float_tensor,
     check_index_tensor,
+    check_positive_int,
     check_same_device,
     dtype_name,
     index_dtype_names,
@@ -490,14 +491,17 @@ def compress_windows(
     it is checked against ``block_table``'s width without touching the device.
     """
     layout = layout_of(compress_ratio)
-    if not isinstance(head_dim, int) or head_dim <= 0:
-        raise ValueError(f"head_dim: must be a positive int, got {head_dim!r}")
-    if not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size: must be a positive int, got {block_size!r}")
+    check_positive_int("head_dim", head_dim)
+    check_positive_int("block_size", block_size)
+    if max_position is not None and (isinstance(max_position, bool) or not isinstance(max_position, int)
+                                     or max_position < 0):
+        raise ValueError(f"max_position: must be None or an int >= 0, got {max_position!r}")
     check_float_tensor("state_cache", state_cache, 3)
     check_float_tensor("out", out, 2)
     check_index_tensor("positions", positions, _INDEX_DTYPES)
     check_index_tensor("req_indices", req_indices, _INDEX_DTYPES)
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table: expected a torch.Tensor, got {type(block_table).__name__}")
     if block_table.dtype != torch.int32 or block_table.dim() != 2:
         raise ValueError(
             f"block_table: must be int32 [requests, max_blocks], got {dtype_name(block_table.dtype)} "

@@ -23,6 +23,7 @@ from deepseek_v4.common import (
     LAYOUTS,
     check_float_tensor,
     check_index_tensor,
+    check_positive_int,
     check_same_device,
     dtype_name,
     index_dtype_names,
@@ -329,10 +330,11 @@ def save_partial_states(
             raise ValueError(f"{name}: {tensor.shape[0]} tokens, kv has {tokens}")
     if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
         raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
-    if not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size: must be a positive int, got {block_size!r}")
+    check_positive_int("block_size", block_size)
     if state_cache.shape[1] != block_size:
         raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
+    if isinstance(state_width, bool) or not isinstance(state_width, int):
+        raise ValueError(f"state_width: must be an int, got {state_width!r}")
     if not head_size <= state_width:
         raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
     if state_cache.shape[2] < state_width + head_size:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from step5.ops import summary_update
-from step5.ring import Step5CSATailRing
+from step5.ops._validate import check_index
+from step5.ring import Step5CSATailRing, as_device
 
 REGION = 8
 SUMMARY_BYTES = 256  # one fp8 e4m3 summary of 256 dims per region
@@ -30,6 +31,12 @@ class Step5SummaryCacheSpec:
                 f"block_size: {self.block_size} is not a positive multiple of 8; Step5 KV blocks "
                 "must align to eight-token regions"
             )
+        # Fields an engine reads to size the layer: fixed by the summary format.
+        for name, fixed in (("tokens_per_state", REGION), ("head_size", SUMMARY_BYTES), ("num_kv_heads", 1),
+                            ("dtype", torch.uint8)):
+            value = getattr(self, name)
+            if type(value) is not type(fixed) or value != fixed:
+                raise ValueError(f"{name}: the summary layer has {fixed}, got {value!r}")
 
     @property
     def regions_per_block(self) -> int:
@@ -41,7 +48,22 @@ class Step5SummaryCacheSpec:
 
     def allocate(self, num_blocks: int, device: torch.device | str | None = None) -> torch.Tensor:
         """A ``[num_blocks, block_size // 8, 256]`` uint8 ``mean`` cache."""
-        return torch.zeros((num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=device)
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
+            raise ValueError(f"num_blocks: expected an int >= 0, got {num_blocks!r}")
+        return torch.zeros(
+            (num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=as_device(device)
+        )
+
+
+def _step_tokens(name: str, index, ring) -> int:
+    """The step's token count, from ``index`` (``slots``, or ``positions`` for prefill), checked
+    before the ring's per-token buffers are sliced to it."""
+    if not isinstance(ring, Step5CSATailRing):
+        raise ValueError(f"ring: expected a Step5CSATailRing, got {type(ring).__name__}")
+    check_index(name, index, None, strided=name == "positions")
+    if index.shape[0] > ring.max_tokens:
+        raise ValueError(f"{name}: {index.shape[0]} tokens, more than the ring's max_tokens={ring.max_tokens}")
+    return index.shape[0]
 
 
 class Step5SparseSummaryCache:
@@ -61,20 +83,20 @@ class Step5SparseSummaryCache:
         return self.mean.shape[1] * REGION
 
     def update_decode(self, key, z, slots, positions, ring: Step5CSATailRing) -> None:
-        n = slots.shape[0]
+        n = _step_tokens("slots", slots, ring)
         summary_update.update_decode(
             key, z, slots, positions, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
         )
 
     def update_verify(self, key, z, slots, query_start_loc, seq_lens, ring: Step5CSATailRing) -> None:
-        n = slots.shape[0]
+        n = _step_tokens("slots", slots, ring)
         summary_update.update_verify(
             key, z, slots, query_start_loc, seq_lens, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
         )
 
     def update_prefill(self, key, z, metadata, positions, ring: Step5CSATailRing) -> None:
         """``metadata`` from ``build_prefill_groups``; the token count is ``positions``'."""
-        n = positions.shape[0]
+        n = _step_tokens("positions", positions, ring)
         ring_metadata = ring.metadata()
         summary_update.update_prefill(
             key, z, metadata, positions, ring_metadata.base[:n], ring_metadata.slot_mapping[:n],

@@ -12,6 +12,7 @@ persistent device buffers so a CUDA graph can keep pointing at them.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
@@ -43,6 +44,41 @@ def default_capacity(draft_tokens: int) -> int:
     return -(-(7 + draft_tokens) // REGION) * REGION
 
 
+def _int(name: str, value) -> int:
+    """A size or position from the caller: an int (numpy's too), never a bool or a float
+    (``True`` would be 1 row, 8.5 silently 8)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _length(name: str, values) -> int:
+    try:
+        return len(values)
+    except TypeError:
+        raise ValueError(f"{name}: expected a sequence, got {type(values).__name__}") from None
+
+
+def _host_ints(name: str, values, count: int) -> list[int]:
+    """``count`` ints >= 0 of the host schedule, checked as Python values (no device read)."""
+    if _length(name, values) != count:
+        raise ValueError(f"{name}: {len(values)} entries, but request_ids has {count}")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise ValueError(f"{name}: expected ints >= 0, got {value!r}")
+    return [int(value) for value in values]
+
+
+def as_device(device) -> torch.device | None:
+    """``device`` as torch reads it (None: torch's default); anything else is a ValueError."""
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise ValueError(f"device: {device!r} is not a torch device ({error})") from None
+
+
 class Step5CSATailRing:
     """A ring buffer of ``[key | z]`` rows, ``capacity`` rows per live request."""
 
@@ -56,15 +92,19 @@ class Step5CSATailRing:
         device: torch.device | str | None = None,  # None: torch's default device
         index_dtype: torch.dtype = torch.int32,
     ):
+        draft_tokens = _int("draft_tokens", draft_tokens)
         if draft_tokens < 0:
             raise ValueError(f"draft_tokens: {draft_tokens} is negative")
-        capacity = default_capacity(draft_tokens) if capacity is None else int(capacity)
+        capacity = default_capacity(draft_tokens) if capacity is None else _int("capacity", capacity)
         if capacity < 7 + draft_tokens:
             raise ValueError(f"capacity: {capacity} rows per request is less than 7 + {draft_tokens} draft tokens")
-        if max_requests < 1 or max_tokens < 1:
-            raise ValueError(f"max_requests ({max_requests}) and max_tokens ({max_tokens}) must be positive")
+        max_requests, max_tokens = _int("max_requests", max_requests), _int("max_tokens", max_tokens)
+        for name, value in (("max_requests", max_requests), ("max_tokens", max_tokens)):
+            if value < 1:
+                raise ValueError(f"{name}: {value} must be positive")
         if index_dtype not in (torch.int32, torch.int64):
             raise ValueError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
+        device = as_device(device)
         self.capacity = capacity
         self.draft_tokens = draft_tokens
         self.max_requests = max_requests
@@ -79,8 +119,14 @@ class Step5CSATailRing:
 
     def allocate(self, request_id: Hashable) -> int:
         """Give a starting request its ``capacity`` rows; returns its ``base``."""
+        if request_id is None:  # prepare reads None as a request without a ring
+            raise ValueError("request_id: None is not an id (prepare takes it for a request without a ring)")
+        try:
+            hash(request_id)
+        except TypeError:
+            raise ValueError(f"request_id: expected a hashable id, got {type(request_id).__name__}") from None
         if request_id in self._owned:
-            raise ValueError(f"request {request_id!r} already has ring rows")
+            raise ValueError(f"request_id: {request_id!r} already has ring rows")
         if not self._free:
             raise RingFullError(
                 f"ring full: all {self.max_requests} requests' rows are taken; cannot start {request_id!r}"
@@ -121,17 +167,26 @@ class Step5CSATailRing:
         its tokens contiguous and in request order; ``None`` as an id means a request
         without a ring. Tokens past the requests' (up to ``num_tokens``) are padding: -1.
         """
-        if not (len(request_ids) == len(first_positions) == len(query_lens)):
-            raise ValueError("request_ids, first_positions and query_lens must have one entry per request")
-        query_lens_t = torch.tensor(list(query_lens), dtype=torch.int64)
-        real_tokens = int(query_lens_t.sum()) if len(query_lens) else 0
-        num_tokens = real_tokens if num_tokens is None else num_tokens
+        requests = _length("request_ids", request_ids)
+        first_positions = _host_ints("first_positions", first_positions, requests)
+        query_lens = _host_ints("query_lens", query_lens, requests)
+        real_tokens = sum(query_lens)
+        if real_tokens > self.max_tokens:
+            raise ValueError(f"query_lens: {real_tokens} tokens do not fit max_tokens={self.max_tokens}")
+        num_tokens = real_tokens if num_tokens is None else _int("num_tokens", num_tokens)
         if num_tokens < real_tokens or num_tokens > self.max_tokens:
             raise ValueError(
                 f"num_tokens: {num_tokens} must hold the {real_tokens} tokens and fit max_tokens={self.max_tokens}"
             )
-        bases = torch.tensor([-1 if r is None else self.base_of(r) for r in request_ids], dtype=torch.int64)
-        firsts = torch.tensor(list(first_positions), dtype=torch.int64)
+        try:
+            bases = [-1 if r is None else self._owned[r] * self.capacity for r in request_ids]
+        except KeyError as missing:
+            raise ValueError(f"request_ids: request {missing.args[0]!r} has no ring rows") from None
+        except TypeError:
+            raise ValueError("request_ids: expected hashable ids (None: a request without a ring)") from None
+        query_lens_t = torch.tensor(query_lens, dtype=torch.int64)
+        bases = torch.tensor(bases, dtype=torch.int64)
+        firsts = torch.tensor(first_positions, dtype=torch.int64)
         owners = torch.repeat_interleave(torch.arange(len(query_lens)), query_lens_t)
         starts = torch.cumsum(query_lens_t, 0) - query_lens_t
         positions = firsts[owners] + torch.arange(real_tokens) - starts[owners]

@@ -6,6 +6,7 @@ launcher, public function) and gives the CLI and tests something real to compile
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,13 +102,19 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
 
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``alpha * x + y`` for contiguous tensors of one dtype and size."""
+    for name, tensor in (("x", x), ("y", y), ("out", out)):
+        if not isinstance(tensor, torch.Tensor) and not (name == "out" and tensor is None):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     if x.dtype not in _DTYPES.values():
         raise ValueError(f"x: dtype {x.dtype} not supported; use one of {sorted(_DTYPES)}")
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise ValueError(f"alpha: expected a float, got {type(alpha).__name__}")
+    alpha = float(alpha)  # an int is another Triton binary (i32, and 1 is specialised): the warmed one is float
     if out is None:
         out = torch.empty_like(x)
     for name, tensor in (("y", y), ("out", out)):
         if tensor.shape != x.shape or tensor.dtype != x.dtype or tensor.device != x.device:
-            raise ValueError(f"{name}: expected {x.dtype} {tuple(x.shape)} on {x.device}, got "
+            raise ValueError(f"{name}: expected {x.dtype} {tuple(x.shape)} on {x.device} like x, got "
                              f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
     for name, tensor in (("x", x), ("y", y), ("out", out)):
         if not tensor.is_contiguous():

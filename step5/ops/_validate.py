@@ -30,13 +30,14 @@ def check_rows(key, z) -> int:
     return key.shape[0]
 
 
-def check_index(name: str, tensor, tokens: int | None, strided: bool = False) -> None:
-    """A 1-D int32/int64 tensor, with ``tokens`` entries when that is given; contiguous
-    unless ``strided`` (only ``positions`` may be a strided view: the kernels take its stride)."""
+def check_index(name: str, tensor, tokens: int | None, strided: bool = False, counted_by: str = "key") -> None:
+    """A 1-D int32/int64 tensor, with ``tokens`` entries (as many as ``counted_by`` has) when
+    that is given; contiguous unless ``strided`` (only ``positions`` may be a strided view:
+    the kernels take its stride)."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype not in INDEX_DTYPES or tensor.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor, got {_describe(tensor)}")
     if tokens is not None and tensor.shape[0] != tokens:
-        raise ValueError(f"{name}: {tensor.shape[0]} entries, but key has {tokens} tokens")
+        raise ValueError(f"{name}: {tensor.shape[0]} entries, but {counted_by} has {tokens} tokens")
     if tensor.shape[0] > 1 and (tensor.stride(0) <= 0 if strided else tensor.stride(0) != 1):
         raise ValueError(f"{name}: stride {tensor.stride(0)} not supported; expected "
                          f"{'a positive stride' if strided else 'a contiguous tensor'}")
@@ -66,8 +67,12 @@ def check_ring(ring, capacity, draft_tokens: int) -> None:
 
 
 def check_same_device(**tensors: torch.Tensor) -> None:
-    """Every tensor on the device of the first one named."""
-    (first_name, first), *others = tensors.items()
-    for name, tensor in others:
-        if tensor.device != first.device:
-            raise ValueError(f"{name}: on {tensor.device}, but {first_name} is on {first.device}")
+    """Every tensor on one device. The error names the tensor that is elsewhere: the
+    expected device is the one most of them are on (in a tie, the first named's)."""
+    devices = [tensor.device for tensor in tensors.values()]
+    if devices.count(devices[0]) == len(devices):
+        return
+    expected = max(devices, key=devices.count)  # max keeps the first of equal counts
+    for name, tensor in tensors.items():
+        if tensor.device != expected:
+            raise ValueError(f"{name}: on {tensor.device}, but the other inputs are on {expected}")

@@ -733,8 +733,8 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
     tokens = slots.shape[0]
     check_index("slots", slots, tokens)
-    check_index("positions", positions, tokens, strided=True)
-    check_index("owners", owners, tokens)
+    check_index("positions", positions, tokens, strided=True, counted_by="slots")
+    check_index("owners", owners, tokens, counted_by="slots")
     check_index("query_start_loc", query_start_loc, None)
     if query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
