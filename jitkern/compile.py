@@ -122,20 +122,20 @@ def _one_error(error: Exception) -> str:
 
 
 def build_launcher(binary: Any) -> None:
-    """Put the binary's host launcher (a small C extension) into Triton's cache too.
+    """Put the host C modules that loading the binary needs into Triton's cache too.
 
-    Triton 3.6 compiles one launcher per kernel signature with the host C compiler the
-    first time a process loads such a binary: about 0.3 s on the H200 machines, paid at
-    warm start or on the first request. The launcher's cache key is its C source and the
-    platform, so one built here is found there. With no GPU driver here, the link runs
-    against a stand-in ``libcuda.so.1`` that names the library and defines nothing; the
-    real driver resolves the symbols when the GPU process loads it (here the load itself
-    fails, after the file is cached, and that is expected).
+    Triton 3.6 compiles, with the host C compiler, one launcher per kernel signature the
+    first time a process loads such a binary (about 0.3 s on the H200 machines), and its
+    ``cuda_utils`` module once per process and cache (about 0.5 s): paid at warm start or
+    on the first request. Their cache key is their C source and the platform, so modules
+    built here are found there. With no GPU driver here, the link runs against a stand-in
+    ``libcuda.so.1`` that names the library and defines nothing; the real driver resolves
+    the symbols when the GPU process loads them (here the load itself fails, after the
+    file is cached, and that is expected).
     """
     if binary.metadata.target.backend != "cuda":
         return
     from triton.backends.nvidia import driver as cuda_driver
-    from triton.runtime.build import compile_module_from_src
 
     source = binary.src
     constants = {
@@ -143,13 +143,23 @@ def build_launcher(binary: Any) -> None:
         for name, value in source.constants.items()
     }
     launcher = cuda_driver.make_launcher(constants, dict(source.signature), getattr(binary.metadata, "tensordesc_meta", None))
+    _build_host_module(launcher, "__triton_launcher")
+    if _stand_in_libcuda() is not None:  # on a GPU machine the driver has built cuda_utils already
+        with open(os.path.join(os.path.dirname(cuda_driver.__file__), "driver.c")) as file:
+            _build_host_module(file.read(), "cuda_utils")
+
+
+def _build_host_module(c_source: str, name: str) -> None:
+    from triton.backends.nvidia import driver as cuda_driver
+    from triton.runtime.build import compile_module_from_src
+
     stand_in = _stand_in_libcuda()
-    if stand_in is not None and _launcher_cached(launcher):
+    if stand_in is not None and _host_module_cached(c_source, name):
         return  # loading it here would fail (no driver) and make Triton build it again
     try:
         with _environment(CC=stand_in.compiler if stand_in else None):
             compile_module_from_src(
-                src=launcher, name="__triton_launcher", library_dirs=cuda_driver.library_dirs(),
+                src=c_source, name=name, library_dirs=cuda_driver.library_dirs(),
                 include_dirs=cuda_driver.include_dirs, libraries=cuda_driver.libraries,
             )
     except ImportError:
@@ -157,17 +167,17 @@ def build_launcher(binary: Any) -> None:
             raise
 
 
-def _launcher_cached(launcher_source: str) -> bool:
-    """Whether Triton's cache holds this launcher: its key, as ``compile_module_from_src``
+def _host_module_cached(c_source: str, name: str) -> bool:
+    """Whether Triton's cache holds this C module: its key, as ``compile_module_from_src``
     computes it, is the C source and the platform."""
     import sysconfig
 
     from triton.runtime.build import platform_key
     from triton.runtime.cache import get_cache_manager
 
-    key = hashlib.sha256((launcher_source + platform_key()).encode("utf-8")).hexdigest()
+    key = hashlib.sha256((c_source + platform_key()).encode("utf-8")).hexdigest()
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    return get_cache_manager(key).get_file(f"__triton_launcher{suffix}") is not None
+    return get_cache_manager(key).get_file(f"{name}{suffix}") is not None
 
 
 @dataclass(frozen=True)

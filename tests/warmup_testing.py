@@ -46,8 +46,8 @@ def totals(report):
 
 
 def cache_entries(cache_dir: Path) -> list[Path]:
-    """Kernel binaries in the cache (not the launchers built beside them)."""
-    return [entry for entry in cache_dir.iterdir() if entry.is_dir() and not launchers(entry)]
+    """Kernel binaries in the cache (not the host C modules built beside them)."""
+    return [entry for entry in cache_dir.iterdir() if entry.is_dir() and not list(entry.glob("*.so"))]
 
 
 def launchers(folder: Path) -> list[Path]:

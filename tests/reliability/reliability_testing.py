@@ -37,7 +37,7 @@ def entry_states(cache: Path) -> dict[str, str | None]:
     (``MISSING`` for a partial entry: one whose group file was not written yet)."""
     states = {}
     for folder in cache.iterdir():
-        if not folder.is_dir() or folder.name.startswith("tmp") or list(folder.glob("__triton_launcher*")):
+        if not folder.is_dir() or folder.name.startswith("tmp") or list(folder.glob("*.so")):
             continue
         files = [path for path in folder.iterdir() if path.is_file() and not path.name.startswith("__grp__")]
         group_name = files[0].stem + ".json" if files else "none.json"
