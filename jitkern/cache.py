@@ -294,13 +294,17 @@ def recorded_identities(cache_dir: str) -> list[dict[str, Any]] | None:
     return [m for m in makers if isinstance(m, dict)] if isinstance(makers, list) else None
 
 
+KEYED_FIELDS = ("triton", "triton_build", "ptxas", "target")
+"""What Triton's cache keys depend on. The Python version is recorded for people: the
+build hash already tells wheels for different Pythons apart."""
+
+
 def foreign_maker(cache_dir: str, identity: dict[str, str]) -> dict[str, Any] | None:
     """A maker of the cache for this target that is not this compiler, when no maker
     for the target is this compiler; else None."""
     makers = [m for m in recorded_identities(cache_dir) or [] if m.get("target") == identity["target"]]
-    if not makers or identity in makers:
-        return None
-    return makers[-1]
+    same = [m for m in makers if all(m.get(field) == identity.get(field) for field in KEYED_FIELDS)]
+    return makers[-1] if makers and not same else None
 
 
 def describe_identity(identity: dict[str, Any]) -> str:
