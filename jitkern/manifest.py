@@ -3,13 +3,20 @@
 A manifest is JSON, validated by the pydantic models below in two stages: the shape
 (unknown fields are errors), then each entry's ``config`` against the keyword
 parameters of its kernel's ``get_warmup_keys``. Any problem is one ``ManifestError``
-naming the file and the field path, raised before anything compiles.
+naming the file and the field path (or what is wrong with the file, if it is not UTF-8
+JSON), raised before anything compiles.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import json
+import math
+import re
+import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +29,12 @@ from jitkern.kernel import JitKernel
 from jitkern.targets import parse_target
 
 FORMAT_VERSION = 1
+# Combinations of list values (each config's product of list lengths, what get_warmup_keys
+# multiplies) summed over a manifest: bounds its enumeration, so that a small file cannot
+# take the loader hours. The shipped manifests have at most 32.
+MAX_COMBINATIONS = 10_000
+MAX_PROBLEMS = 10  # validation problems listed in one error
+INTEGERS = range(-(2**63), 2**64)  # what a Triton argument holds
 
 
 class ManifestError(ValueError):
@@ -39,6 +52,7 @@ class KernelEntry(BaseModel):
     )
     keys: list[dict[str, Any]] | None = Field(
         default=None,
+        min_length=1,
         description="explicit compile keys (field -> value), e.g. from a guard record file",
     )
 
@@ -87,26 +101,67 @@ def json_schema() -> dict[str, Any]:
 def load_manifest(path: str | Path) -> LoadedManifest:
     """Read, validate and resolve one manifest; raise ``ManifestError`` on any problem."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
-    if not text.strip():
-        raise ManifestError(f"{path}: empty file; expected a JSON manifest")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ManifestError(f"{path}: not JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
+    document = _read_json(path)
+    _check_integers(path, document)
     try:
         manifest = Manifest.model_validate(document)
     except pydantic.ValidationError as error:
         raise ManifestError(_describe(path, error, prefix=())) from None
+    for index, module in enumerate(manifest.modules):
+        _import_module(f"{path}: modules[{index}]", module)
+    entries, combinations = [], 0
+    for index, kernel_entry in enumerate(manifest.kernels):
+        entries.append(_resolve(path, index, kernel_entry, budget=MAX_COMBINATIONS - combinations))
+        combinations += _combinations(entries[-1].config)
+    return LoadedManifest(path=path, manifest=manifest, entries=tuple(entries))
+
+
+def _read_json(path: Path) -> Any:
+    """The file's JSON document; a file that is unreadable, not UTF-8 or not JSON is a ManifestError."""
     try:
-        registry.import_modules(manifest.modules)
+        data = path.read_bytes()
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8-sig")  # JSON is UTF-8; some editors start it with a byte-order mark
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{path}: not UTF-8: {error.reason} (byte {error.start})") from None
+    if not text.strip():
+        raise ManifestError(f"{path}: empty file; expected a JSON manifest")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ManifestError(f"{path}: not JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
+    except RecursionError:  # json recurses once per nested list or object
+        raise ManifestError(f"{path}: not JSON: lists or objects nested too deeply") from None
+    except ValueError:  # int() refuses integers of more digits than Python's limit
+        raise ManifestError(
+            f"{path}: not JSON: an integer of more than {sys.get_int_max_str_digits()} digits"
+        ) from None
+
+
+def _check_integers(path: Path, document: Any) -> None:
+    """Every integer fits in 64 bits: no kernel takes more, and a key holding a longer
+    one (``1 + draft_tokens`` of 4300 digits) could not even be printed."""
+    stack = [((), document)]  # not recursive: the document may nest as deep as json allows
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict | list):
+            stack.extend(((*where, step), value) for step, value in (
+                node.items() if isinstance(node, dict) else enumerate(node)))
+        elif isinstance(node, int) and node not in INTEGERS:
+            raise ManifestError(f"{path}: {_location(where)}: integer out of the 64-bit range")
+
+
+def _import_module(where: str, module: str) -> None:
+    """Import only what looks like a module name: ``import_module`` raises ValueError or
+    TypeError (not ImportError) for names such as ``""`` or ``"..x"``."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise ManifestError(f"{where}: {module!r} is not a module name (dotted Python identifiers)")
+    try:
+        registry.import_modules([module])
     except ImportError as error:
-        raise ManifestError(f"{path}: modules: cannot import {error.name!r}: {error}") from None
-    entries = tuple(_resolve(path, index, entry) for index, entry in enumerate(manifest.kernels))
-    return LoadedManifest(path=path, manifest=manifest, entries=entries)
+        raise ManifestError(f"{where}: cannot import {error.name!r}: {error}") from None
 
 
 def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[Any]]:
@@ -118,7 +173,7 @@ def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[Any]]:
     return {name: list(found) for name, found in keys.items()}
 
 
-def _resolve(path: Path, index: int, entry: KernelEntry) -> ResolvedEntry:
+def _resolve(path: Path, index: int, entry: KernelEntry, budget: int) -> ResolvedEntry:
     where = f"{path}: kernels[{index}]"
     try:
         kernel = registry.get_kernel(entry.kernel)
@@ -127,46 +182,77 @@ def _resolve(path: Path, index: int, entry: KernelEntry) -> ResolvedEntry:
     if (entry.config is None) == (entry.keys is None):
         raise ManifestError(f"{where}: give exactly one of 'config' (for get_warmup_keys) or 'keys'")
     if entry.keys is not None:
-        return ResolvedEntry(index, kernel, None, tuple(_explicit_keys(where, kernel, entry.keys)))
-    config_model = _config_model(kernel)
+        keys = [_explicit_key(path, index, position, kernel, values) for position, values in enumerate(entry.keys)]
+        return ResolvedEntry(index, kernel, None, tuple(keys))
     try:
-        config = config_model.model_validate(entry.config).model_dump()
+        config = _config_model(type(kernel)).model_validate(entry.config).model_dump()
     except pydantic.ValidationError as error:
         raise ManifestError(_describe(path, error, prefix=("kernels", index, "config"))) from None
+    if _combinations(config) > budget:
+        raise ManifestError(
+            f"{where}.config: the manifest's configs pass {MAX_COMBINATIONS} combinations of list values "
+            "here; split the manifest"
+        )
     try:
         keys = kernel.get_warmup_keys(**config)
     except (TypeError, ValueError) as error:
         raise ManifestError(f"{where}.config: {error}") from None
+    except Exception as error:  # e.g. a KeyError from a kernel's table lookup of a config value
+        raise ManifestError(f"{where}.config: {entry.kernel} rejects it: {type(error).__name__}: {error}") from error
     if not keys:
         raise ManifestError(f"{where}.config: {entry.kernel} enumerates no keys for this config")
     return ResolvedEntry(index, kernel, config, tuple(dict.fromkeys(keys)))
 
 
-def _explicit_keys(where: str, kernel: JitKernel, fields: list[dict[str, Any]]) -> list[Any]:
-    keys = []
-    for position, values in enumerate(fields):
-        try:
-            keys.append(kernel.CompileKey(**values))
-        except TypeError as error:
-            raise ManifestError(f"{where}.keys[{position}]: {error}") from None
-    return keys
+def _combinations(config: dict[str, Any] | None) -> int:
+    """How many rows ``get_warmup_keys`` may build: the product of the config's list lengths."""
+    if config is None:
+        return 0
+    return math.prod(len(value) for value in config.values() if isinstance(value, list))
 
 
-def _config_model(kernel: JitKernel) -> type[BaseModel]:
+def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, values: dict[str, Any]) -> Any:
+    """One ``keys`` item as a CompileKey, its fields checked against their types first
+    (a list value would make an unhashable key, a string block size a key that never matches)."""
+    try:
+        fields = _key_model(kernel.CompileKey).model_validate(values).model_dump()
+    except pydantic.ValidationError as error:
+        raise ManifestError(_describe(path, error, prefix=("kernels", index, "keys", position))) from None
+    try:
+        return kernel.CompileKey(**fields)
+    except (TypeError, ValueError) as error:  # a key's own __post_init__ checks
+        raise ManifestError(f"{path}: kernels[{index}].keys[{position}]: {error}") from None
+
+
+@functools.cache
+def _key_model(key_class: type) -> type[BaseModel]:
+    """A strict pydantic model of a CompileKey dataclass's fields."""
+    hints = typing.get_type_hints(key_class)
+    fields = {
+        field.name: (hints[field.name], ... if field.default is dataclasses.MISSING else field.default)
+        for field in dataclasses.fields(key_class)
+        if field.init
+    }
+    return _strict_model(f"{key_class.__qualname__}Fields", fields)
+
+
+@functools.cache
+def _config_model(kernel_class: type[JitKernel]) -> type[BaseModel]:
     """A strict pydantic model of the keyword parameters of ``get_warmup_keys``."""
-    function = kernel.get_warmup_keys
+    function = kernel_class.get_warmup_keys
     fields = {}
-    for parameter in inspect.signature(function).parameters.values():
+    for parameter in list(inspect.signature(function).parameters.values())[1:]:  # after self
         if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
             continue
         annotation = _evaluate(parameter.annotation, function)
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
-    return pydantic.create_model(
-        f"{type(kernel).__name__}Config",
-        __config__=ConfigDict(extra="forbid", strict=True),
-        **fields,
-    )
+    return _strict_model(f"{kernel_class.__name__}Config", fields)
+
+
+def _strict_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
+    """Unknown fields are errors and nothing is coerced: ``"16"`` is not an int, ``1`` not a bool."""
+    return pydantic.create_model(name, __config__=ConfigDict(extra="forbid", strict=True), **fields)
 
 
 def _evaluate(annotation: Any, function) -> Any:
@@ -179,15 +265,29 @@ def _evaluate(annotation: Any, function) -> Any:
 
 
 def _describe(path: Path, error: pydantic.ValidationError, prefix: tuple) -> str:
+    """One line a problem, the first ``MAX_PROBLEMS`` of them (a long list can fail at every item)."""
+    problems = error.errors()
     lines = [f"{path}: invalid manifest"]
-    for problem in error.errors():
+    for problem in problems[:MAX_PROBLEMS]:
         location = _location(prefix + tuple(problem["loc"]))
         lines.append(f"  {location}: {problem['msg']}")
+    if len(problems) > MAX_PROBLEMS:
+        lines.append(f"  ... and {len(problems) - MAX_PROBLEMS} more")
     return "\n".join(lines)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _location(parts: tuple) -> str:
+    """``kernels[0].config.block_size``; a key that is no plain name is quoted, ``config['a b']``,
+    so that keys from the file (``"0"``, ``"\\n"``, lone surrogates) print readably."""
     text = ""
     for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _NAME.fullmatch(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{part!r}]"
     return text or "(top level)"
