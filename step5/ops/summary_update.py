@@ -114,6 +114,22 @@ def _row_rows(row_strides: list[int], element_strides: list[int], unaligned: boo
     )
 
 
+def _check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0,
+                      **index_dtypes: list[str]) -> None:
+    """A manifest config that describes a real deployment: checked when the manifest loads,
+    not when its keys fail to compile."""
+    if block_size <= 0 or block_size % 8:
+        raise ValueError(f"block_size: {block_size} is not a positive multiple of 8")
+    if draft_tokens < 0:
+        raise ValueError(f"draft_tokens: {draft_tokens} is negative")
+    if ring_capacity < 7 + draft_tokens:
+        raise ValueError(f"ring_capacity: {ring_capacity} is less than 7 + {draft_tokens} (draft tokens)")
+    for name, dtypes in index_dtypes.items():
+        unknown = sorted(set(dtypes) - set(_INDEX_DTYPES))
+        if unknown:
+            raise ValueError(f"{name}: {unknown} not supported; use {sorted(_INDEX_DTYPES)}")
+
+
 # --- decode: one token per request --------------------------------------------------------
 
 
@@ -175,6 +191,7 @@ def _update_decode_kernel(
 class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     name = "step5.update_decode"
     kernel = _update_decode_kernel
+    compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -206,6 +223,8 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     ) -> list[CompileKey]:
         """One key per index-dtype combination and key/z stride class; mean's block stride
         is ``block_size // 8 * 256`` bytes or more, always a multiple of 16."""
+        _check_deployment(block_size=block_size, ring_capacity=ring_capacity, slot_dtypes=slot_dtypes,
+                          position_dtypes=position_dtypes, ring_index_dtypes=ring_index_dtypes)
         rows = keys.combine(
             keys.product(slots_dtype=slot_dtypes, positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes),
             _row_rows(row_strides, element_strides, unaligned),
@@ -307,6 +326,8 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
         owner_dtypes: list[str] = ["int32"], query_start_loc_dtypes: list[str] = ["int32"],
     ) -> list[CompileKey]:
         """Sizes and the positions stride are not specialised: only index dtypes select a binary."""
+        _check_deployment(slot_dtypes=slot_dtypes, position_dtypes=position_dtypes, owner_dtypes=owner_dtypes,
+                          query_start_loc_dtypes=query_start_loc_dtypes)
         rows = keys.product(
             slots_dtype=slot_dtypes, positions_dtype=position_dtypes, owners_dtype=owner_dtypes,
             query_start_loc_dtype=query_start_loc_dtypes,
@@ -422,6 +443,7 @@ def _prefill_summary_kernel(
 class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
     name = "step5.prefill_summary"
     kernel = _prefill_summary_kernel
+    compile_cost = 2.7  # seconds a key on our CPU machine: among the slowest to compile
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -450,6 +472,8 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
         ring_index_dtypes: list[str] = ["int32"], row_strides: list[int] = [256],
         element_strides: list[int] = [1], unaligned: bool = False,
     ) -> list[CompileKey]:
+        _check_deployment(block_size=block_size, ring_capacity=ring_capacity, position_dtypes=position_dtypes,
+                          ring_index_dtypes=ring_index_dtypes)
         rows = keys.combine(
             keys.product(positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes),
             _row_rows(row_strides, element_strides, unaligned),
@@ -536,6 +560,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
         self, *, ring_index_dtypes: list[str] = ["int32"], row_strides: list[int] = [256],
         element_strides: list[int] = [1], unaligned: bool = False,
     ) -> list[CompileKey]:
+        _check_deployment(ring_index_dtypes=ring_index_dtypes)
         rows = keys.combine(
             keys.product(ring_slots_dtype=ring_index_dtypes), _row_rows(row_strides, element_strides, unaligned)
         )
@@ -617,6 +642,7 @@ def _update_verify_kernel(
 class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
     name = "step5.update_verify"
     kernel = _update_verify_kernel
+    compile_cost = 4.0  # seconds a key on our CPU machine: among the slowest to compile
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -651,6 +677,9 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         element_strides: list[int] = [1], unaligned: bool = False,
     ) -> list[CompileKey]:
         """``draft_tokens`` is k: every verify step carries q = 1 + k tokens per request."""
+        _check_deployment(block_size=block_size, ring_capacity=ring_capacity, draft_tokens=draft_tokens,
+                          slot_dtypes=slot_dtypes, query_start_loc_dtypes=query_start_loc_dtypes,
+                          seq_lens_dtypes=seq_lens_dtypes, ring_index_dtypes=ring_index_dtypes)
         rows = keys.combine(
             keys.product(
                 slots_dtype=slot_dtypes, query_start_loc_dtype=query_start_loc_dtypes,

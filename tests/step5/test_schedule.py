@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from jitkern.manifest import load_manifest, manifest_keys
+from jitkern.manifest import ManifestError, load_manifest, manifest_keys
 from jitkern.testing import missing_from, record_launches
 from step5 import Step5CSATailRing, Step5SparseSummaryCache
 from step5.ops.summary_update import build_prefill_groups
@@ -212,3 +213,16 @@ def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest,
     with compile_only(parse_target("cuda:90")):
         uncovered = uncovered_by_warmup(launches, keys)
     assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
+
+
+@pytest.mark.parametrize("config, problem", [
+    ({"block_size": 60, "ring_capacity": 8}, "block_size: 60 is not a positive multiple of 8"),
+    ({"block_size": 64, "ring_capacity": 6}, "ring_capacity: 6 is less than 7 + 0"),
+    ({"block_size": 64, "ring_capacity": 8, "slot_dtypes": ["int16"]}, "slot_dtypes: ['int16'] not supported"),
+])
+def test_a_manifest_config_no_deployment_could_have_fails_when_loading(tmp_path, config, problem):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format_version": 1, "name": "bad", "targets": ["cuda:90"], "modules": ["step5"],
+                                "kernels": [{"kernel": "step5.update_decode", "config": config}]}))
+    with pytest.raises(ManifestError, match=re.escape(f"kernels[0].config: {problem}")):
+        load_manifest(path)
