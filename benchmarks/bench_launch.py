@@ -2,9 +2,13 @@
 
     python benchmarks/bench_launch.py [--launches 200] [--repeats 30] [--dry-run]
 
-(a) jitkern: the kernel's public call (builds the LaunchSpec, then the direct launch);
-(b) Triton: ``kernel[grid](**kwargs)`` with the same arguments;
-(c) bare: the compiled launcher (``CompiledKernel.run``) with the arguments pre-bound.
+(a) jitkern: ``kernel.launch(spec)`` with the LaunchSpec built beforehand (the direct launch);
+(b) Triton: ``kernel[grid](**kwargs)`` with the same arguments, also built beforehand;
+(c) bare: the compiled launcher (``CompiledKernel.run``) with the arguments Triton binds
+    (tensors, whose addresses the launcher reads) and no launch hooks.
+The ratios compare (a) with (c) and (b); (a) hands the launcher tensor addresses and, when
+the kernel needs no scratch memory, skips its Python wrapper for the C launch function.
+"call us" is the kernel's public call: input validation, building the LaunchSpec, then (a).
 Each is the median over ``--repeats`` of the mean host time of ``--launches`` launches.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
 DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
@@ -60,22 +64,24 @@ def host_microseconds(launch: Callable[[], None], launches: int, repeats: int, s
     return statistics.median(samples)
 
 
-def three_ways(kernel, args, kwargs):
-    """The three launch callables for one recorded call."""
+def four_ways(kernel, args, kwargs):
+    """The launch callables for one recorded call: jitkern launch, Triton, bare, jitkern call."""
     from triton.runtime.driver import driver
 
     spec = kernel.launch_spec(*args, **kwargs)
     kernel(*args, **kwargs)  # a first call prepares the direct launch
     direct = kernel._direct_launches[spec.key]
+    assert direct is not None and direct.launch(spec.kwargs, spec.grid), f"{kernel.name}: no direct launch"
     binary = direct.binary
-    bound, _specialization, _options = direct.binder(**spec.kwargs)
+    device = driver.active.get_current_device()
+    jit_function = kernel.kernel
+    bound, _specialization, _options = jit_function.device_caches[device][4](**spec.kwargs)
     bound_args = tuple(bound.values())
     grid = tuple(spec.grid) + (1,) * (3 - len(spec.grid))
-    stream = driver.active.get_current_stream(driver.active.get_current_device())
-    jit_function = kernel.kernel
+    stream = driver.active.get_current_stream(device)
 
     def via_jitkern():
-        kernel(*args, **kwargs)
+        kernel.launch(spec)
 
     def via_triton():
         jit_function[spec.grid](**spec.kwargs)
@@ -84,7 +90,10 @@ def three_ways(kernel, args, kwargs):
         binary.run(grid[0], grid[1], grid[2], stream, binary.function, binary.packed_metadata, None, None, None,
                    *bound_args)
 
-    return via_jitkern, via_triton, via_bare
+    def via_call():
+        kernel(*args, **kwargs)
+
+    return via_jitkern, via_triton, via_bare, via_call
 
 
 def main() -> None:
@@ -105,17 +114,17 @@ def main() -> None:
         calls = record_calls(lambda: launch_samples.drive_all(device))
         rows = []
         for name, (kernel, call_args, call_kwargs) in sorted(calls.items()):
-            ways = three_ways(kernel, call_args, call_kwargs)
-            jitkern_us, triton_us, bare_us = (host_microseconds(w, args.launches, args.repeats, sync) for w in ways)
-            rows.append((name, jitkern_us, triton_us, bare_us))
+            ways = four_ways(kernel, call_args, call_kwargs)
+            rows.append((name, *(host_microseconds(w, args.launches, args.repeats, sync) for w in ways)))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 
-    header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"
+    header = (f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9} "
+              f"{'call us':>8}")
     print(header)
     print("-" * len(header))
-    for name, jitkern_us, triton_us, bare_us in rows:
+    for name, jitkern_us, triton_us, bare_us, call_us in rows:
         print(f"{name:38} {jitkern_us:10.2f} {triton_us:10.2f} {bare_us:8.2f} "
-              f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f}")
+              f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f} {call_us:8.2f}")
     if graph_us is not None:
         print(f"decode step at batch 64 (CUDA graph of 10 steps, GPU time per step): {graph_us:.2f} us")
 

@@ -84,7 +84,8 @@ def compile_tasks(
     modules: list[str],
     on_outcome: Callable[[CompileOutcome], None] = lambda outcome: None,
 ) -> list[CompileOutcome]:
-    """Compile every task, with ``jobs`` worker processes when ``jobs > 1``."""
+    """Compile every task, with ``jobs`` worker processes when ``jobs > 1`` (costliest
+    kernels first: see ``JitKernel.compile_cost``). Outcomes come back in task order."""
     if jobs <= 1 or len(tasks) <= 1:
         outcomes = []
         for task in tasks:
@@ -98,7 +99,8 @@ def compile_tasks(
         initializer=registry.import_modules,
         initargs=(modules,),
     ) as pool:
-        futures = {pool.submit(compile_task, task): task for task in tasks}
+        by_cost = sorted(tasks, key=lambda task: -registry.get_kernel(task.kernel_name).compile_cost)
+        futures = {pool.submit(compile_task, task): task for task in by_cost}
         for future in as_completed(futures):
             outcome = future.result()
             by_task[futures[future]] = outcome

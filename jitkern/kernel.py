@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
+import torch
 from triton.runtime.driver import driver as _triton_driver
 
 from jitkern import registry, settings
@@ -80,6 +81,9 @@ class JitKernel(Generic[CompileKeyT]):
 
     name: ClassVar[str]
     CompileKey: ClassVar[type]
+    compile_cost: ClassVar[float] = 1.0
+    """Rough seconds to compile one key. Parallel warmup starts the costliest keys first,
+    so that a slow key does not start last and bound the wall time; only the order matters."""
     _instance: ClassVar["JitKernel | None"] = None
 
     def __init_subclass__(cls, **kwargs):
@@ -98,7 +102,8 @@ class JitKernel(Generic[CompileKeyT]):
     def __new__(cls):
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-            cls._instance._direct_launches = {}  # compile key -> DirectLaunch (TritonJitKernel)
+            cls._instance._direct_launches = {}  # compile key -> DirectLaunch or None (TritonJitKernel)
+            cls._instance._recent_launches = {}  # id(key) -> (key, DirectLaunch.launch)
         return cls._instance
 
     def dispatch(self, **values: Any) -> CompileKeyT:
@@ -149,6 +154,9 @@ def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
     return launch
 
 
+_NOT_RECENT = (None, None)
+
+
 class TritonJitKernel(JitKernel[CompileKeyT]):
     """A ``JitKernel`` owning one ``@triton.jit`` function, set as ``kernel``."""
 
@@ -166,26 +174,42 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return type(self).__call__.launch_spec(self, *args, **inputs)
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
-        """Launch through the key's binary directly when it fits, else through Triton."""
-        direct = self._direct_launches.get(spec.key)
-        if direct is not None and direct.launch(spec):
+        """Launch through the key's binary directly when it fits, else through Triton.
+
+        ``dispatch`` is memoised, so a key object usually repeats: it is found by its id
+        first (an entry holds the key, so no live object can take over its id), and by
+        its hash, which a frozen dataclass computes field by field, only otherwise.
+        """
+        key = spec.key
+        recent_key, launch = self._recent_launches.get(id(key), _NOT_RECENT)
+        if recent_key is not key:
+            direct = self._direct_launches.get(key)
+            launch = None if direct is None else self._remember(key, direct)
+        if launch is not None and launch(spec.kwargs, spec.grid):
             return
-        active_launch.kernel, active_launch.key = self, spec.key
+        active_launch.kernel, active_launch.key = self, key
         try:
             binary = self.kernel.run(grid=spec.grid, warmup=False, **spec.kwargs)
         finally:
             active_launch.kernel = active_launch.key = None
-        if direct is None and binary is not None:
+        if binary is not None and key not in self._direct_launches:
             self._prepare_direct_launch(spec, binary)
 
     def forget_binaries(self) -> None:
         """Drop every binary this process holds for the kernel (tests start clean)."""
         self.kernel.device_caches.clear()
         self._direct_launches.clear()
+        self._recent_launches.clear()
+
+    def _remember(self, key: CompileKeyT, direct: DirectLaunch) -> Callable[[dict, tuple], bool]:
+        if len(self._recent_launches) >= 4096:  # keys dispatch's cache dropped would pile up
+            self._recent_launches.clear()
+        self._recent_launches[id(key)] = (key, direct.launch)
+        return direct.launch
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
         if settings.current().direct_launch and not interpreting():
-            self._direct_launches[spec.key] = DirectLaunch(self.kernel, spec, binary)
+            self._direct_launches[spec.key] = build_direct_launch(self.kernel, spec, binary)
 
     def compile(self, key: CompileKeyT) -> Any:
         """Compile ``key`` through the launch path; nothing runs. None when interpreting."""
@@ -215,42 +239,187 @@ def _compiling_only() -> bool:
 
 
 class DirectLaunch:
-    """One key's binary, launched without Triton's per-call option parsing and lookup.
+    """One key's binary and the launch function generated for it.
 
-    Triton's ``kernel[grid](...)`` re-reads its settings, rebuilds a cache key string
-    and walks its hooks on every launch. Here that is done once per key. Per launch,
-    Triton's own native binder still specialises the arguments (dtypes, 16-byte
-    alignment, integer classes), and the launch goes through only if that equals the
-    specialisation the binary was built for: a call outside it returns False and takes
-    Triton's normal path, where the guard sees it. Launches use the current stream, so
-    they are captured by CUDA graphs; Triton's launch hooks fire as usual.
+    Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
+    key and re-reads its settings on every launch. Here that happens once, on the key's
+    first launch (or warmup): from the specialisation Triton gave each argument, straight-
+    line code is generated (``source``) that checks, per launch, just enough to know that
+    Triton would pick this same binary, then calls the compiled launcher. ``launch(kwargs,
+    grid)`` returns False for a call outside the binary, which then takes Triton's normal
+    path, where the guard sees it. Launches use the current stream, so CUDA graphs capture
+    them; Triton's launch hooks are read per launch and fire as in Triton.
     """
 
-    __slots__ = ("binder", "specialization", "binary", "device", "knobs")
+    __slots__ = ("binary", "launch", "source")
 
-    def __init__(self, jit_function: Any, spec: LaunchSpec, binary: Any):
-        import triton
-        from triton.runtime.driver import driver
+    def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str):
+        self.binary, self.launch, self.source = binary, launch, source
 
-        self.device = driver.active.get_current_device()
-        self.binder = jit_function.device_caches[self.device][4]
-        _bound, self.specialization, _options = self.binder(**spec.kwargs)
-        binary._init_handles()  # load onto the GPU now, not on the first request
-        self.binary = binary
-        self.knobs = triton.knobs.runtime
 
-    def launch(self, spec: LaunchSpec) -> bool:
-        bound, specialization, _options = self.binder(**spec.kwargs)
-        active = _triton_driver.active
-        device = active.get_current_device()
-        if specialization != self.specialization or device != self.device:
-            return False
-        stream = active.get_current_stream(device)
-        grid, binary, args = spec.grid, self.binary, bound.values()
-        enter_hook = self.knobs.launch_enter_hook
-        metadata = binary.launch_metadata(grid, stream, *args) if enter_hook is not None else None
-        binary.run(
-            grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-            stream, binary.function, binary.packed_metadata, metadata, enter_hook, self.knobs.launch_exit_hook, *args,
-        )
-        return True
+# Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
+_INT_CLASSES = {
+    "i32": f"-{2**31} <= {{0}} < {2**31}",
+    "i64": f"-{2**63} <= {{0}} < {2**63} and not -{2**31} <= {{0}} < {2**31}",
+    "u64": f"{2**63} <= {{0}} < {2**64}",
+}
+
+
+def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> DirectLaunch | None:
+    """The direct launch of ``binary``, built for ``spec``'s specialisation.
+
+    None when an argument is of a kind the generated checks do not cover (tuples, tensor
+    descriptors, a default left out, a backend with its own specialisation rules): that
+    key always takes Triton's path.
+    """
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    active = _triton_driver.active
+    device = active.get_current_device()
+    backend = jit_function.device_caches[device][3]
+    backend_class = type(backend)
+    if not (backend_class.supports_native_tensor_specialization
+            and backend_class.get_int_specialization is BaseBackend.get_int_specialization
+            and backend_class.get_tensor_specialization is BaseBackend.get_tensor_specialization):
+        return None
+    runtime = triton.knobs.runtime
+    binary._init_handles()  # load onto the GPU now, not on the first request
+    run, run_options = _launcher(binary.run)
+    namespace = {
+        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": _device_getter(active),
+        "get_stream": active.get_current_stream, "RUNTIME": runtime, "DEBUG": runtime.debug,
+        "PRE_RUN_HOOKS": jit_function.pre_run_hooks, "NO_ENTER": type(runtime).launch_enter_hook,
+        "NO_EXIT": type(runtime).launch_exit_hook, "FUNCTION": binary.function,
+        "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
+        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
+    }
+    on_cuda = active.get_active_torch_device().type == "cuda"
+    kwargs = spec.kwargs
+    if not set(jit_function.arg_names) <= kwargs.keys():  # a default stands in: leave it to Triton
+        return None
+    options = {name: value for name, value in kwargs.items() if name not in jit_function.arg_names}
+    constexprs = [kwargs[param.name] for param in jit_function.params if param.is_constexpr]
+    if any(type(value) not in (type(None), bool, int, float, str) for value in [*options.values(), *constexprs]):
+        return None
+    loads, checks, values, launch_args = [], [], [], []
+    for i, param in enumerate(jit_function.params):
+        arg, value = f"a{i}", kwargs[param.name]
+        loads.append(f"{arg} = kwargs[{param.name!r}]")
+        values.append(arg)
+        if param.is_constexpr:
+            checks += [f"# {param.name}: constexpr {value!r}", f"if not ({_same(arg, value)}): return False"]
+            launch_args.append(arg)
+            continue
+        specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
+        try:
+            kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
+        except (TypeError, OverflowError):
+            return None
+        lines = _argument_checks(i, value, (kind, key), specialise and align, on_cuda, namespace)
+        if lines is None:
+            return None
+        checks += [f"# {param.name}: {(kind, key)!r}", *lines]
+        launch_args.append(f"p{i}" if kind.startswith("*") else arg)
+    for j, (name, value) in enumerate(options.items()):
+        loads.append(f"o{j} = kwargs[{name!r}]")
+        checks += [f"# option {name}", f"if not ({_same(f'o{j}', value)}): return False"]
+    source = "\n".join([
+        "def launch(kwargs, grid):",
+        f"    if len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or get_device() != DEVICE:",
+        "        return False",
+        "    if RUNTIME.debug is not DEBUG or PRE_RUN_HOOKS:",
+        "        return False",
+        "    try:",
+        *(f"        {line}" for line in loads),
+        "    except KeyError:",
+        "        return False",
+        *(f"    {line}" for line in checks),
+        "    stream = get_stream(DEVICE)",
+        "    enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
+        "    if enter is NO_ENTER and exit is NO_EXIT and not (NO_ENTER.calls or NO_EXIT.calls):",
+        "        metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
+        "    else:",
+        f"        metadata = launch_metadata(grid, stream, {', '.join(values)})",
+        "    n = len(grid)",
+        "    run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, FUNCTION,",
+        f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
+        f"{', '.join(launch_args)})",
+        "    return True",
+    ])
+    exec(compile(source, f"<direct launch of {binary.name}>", "exec"), namespace)
+    return DirectLaunch(binary, namespace["launch"], source)
+
+
+def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
+                     namespace: dict[str, Any]) -> list[str] | None:
+    """Lines returning False unless argument ``a{i}`` specialises as ``value`` did (to
+    ``specialisation``, Triton's type and key); None for a kind of argument not covered.
+
+    Mirrors Triton's native rules: a tensor's type is its dtype, its key whether its
+    address is a multiple of 16; an int's type is its class (1 is the constexpr 1) and
+    its key whether it is a multiple of 16; bools and floats are not specialised. A
+    tensor's address ``p{i}`` goes to the launcher as an int, which it takes as is
+    (``is_cuda``, as ``on_cuda`` wants it, stands in for the check the launcher makes on
+    a tensor's address: a CPU tensor's address would run on the GPU).
+    """
+    arg, (kind, key) = f"a{i}", specialisation
+    if not isinstance(kind, str):
+        return None
+    if kind.startswith("*"):
+        if not isinstance(getattr(value, "dtype", None), torch.dtype):
+            return None
+        dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
+        namespace[dtype] = value.dtype
+        lines = [f"if type({arg}) not in TENSORS or {arg}.dtype is not {dtype} "
+                 f"or {'not ' if on_cuda else ''}{arg}.is_cuda: return False", f"p{i} = {arg}.data_ptr()"]
+        if divisibility:
+            lines.append(f"if {'' if key == 'D' else 'not '}p{i} & 15: return False")
+        return lines
+    if kind in _INT_CLASSES:
+        condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
+        if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1
+            condition += f" and {arg} != 1"
+        if divisibility:
+            condition += f" and {'not ' if key == 'D' else ''}{arg} & 15"
+        return [f"if not ({condition}): return False"]
+    if kind == "constexpr":  # None, or the int 1
+        return [f"if not ({_same(arg, value)}): return False"]
+    if kind in ("u1", "fp32"):
+        return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
+    return None
+
+
+def _same(arg: str, value: Any) -> str:
+    """A condition true when ``arg`` is what Triton takes for the plain ``value``. Triton
+    names a binary by the text of its values, so 1 is not True, nor 0.0 -0.0."""
+    if value is None or isinstance(value, bool):
+        return f"{arg} is {value!r}"
+    if isinstance(value, float):
+        return f"type({arg}) is float and repr({arg}) == {repr(value)!r}"
+    return f"type({arg}) is {type(value).__name__} and {arg} == {value!r}"
+
+
+def _launcher(run: Callable[..., None]) -> tuple[Callable[..., None], tuple]:
+    """The compiled launcher to call, and the constants it takes after the function.
+
+    Triton's CUDA launcher is a Python object whose ``__call__`` only allocates scratch
+    memory, when the kernel needs any, and adds two flags of the binary before calling
+    its C launch function. A kernel needing no scratch goes straight to the C function,
+    with those flags and no scratch (None), saving a Python call per launch; any other
+    launcher is called as is.
+    """
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    if type(run) is CudaLauncher and not (run.global_scratch_size or run.profile_scratch_size):
+        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    return run, ()
+
+
+def _device_getter(active: Any) -> Callable[[], Any]:
+    """The driver's current-device query; for CUDA, torch's without its lazy-init check
+    (CUDA is initialised once a binary is loaded), which is most of its cost."""
+    if getattr(active, "get_current_device", None) is torch.cuda.current_device:
+        return torch._C._cuda_getDevice
+    return active.get_current_device

@@ -13,8 +13,11 @@ y, out = torch.randn_like(x), torch.empty_like(x)
 kernel(x, y, out, 2.0)
 spec = kernel.launch_spec(x, y, out, 2.0)
 direct = kernel._direct_launches[spec.key]
-bound, specialization, _ = direct.binder(**spec.kwargs)
+print(direct.source)
+binder = kernel.kernel.device_caches[driver.active.get_current_device()][4]
+bound, specialization, _ = binder(**spec.kwargs)
 args = tuple(bound.values())
+pointer_args = tuple(arg.data_ptr() if isinstance(arg, torch.Tensor) else arg for arg in args)
 binary = direct.binary
 stream = driver.active.get_current_stream(0)
 N = 20000
@@ -22,16 +25,23 @@ parts = {
     "full call kernel(...)": lambda: kernel(x, y, out, 2.0),
     "launch_spec(...)": lambda: kernel.launch_spec(x, y, out, 2.0),
     "kernel.launch(spec)": lambda: kernel.launch(spec),
-    "direct.launch(spec)": lambda: direct.launch(spec),
-    "binder(**kwargs)": lambda: direct.binder(**spec.kwargs),
+    "direct.launch(kwargs, grid)": lambda: direct.launch(spec.kwargs, spec.grid),
+    "Triton's binder(**kwargs)": lambda: binder(**spec.kwargs),
     "driver.active.get_current_device()": lambda: driver.active.get_current_device(),
+    "torch._C._cuda_getDevice()": torch._C._cuda_getDevice,
     "driver.active.get_current_stream(0)": lambda: driver.active.get_current_stream(0),
-    "is_aligned(x)": lambda: x.data_ptr() % 16 == 0,
+    "x.data_ptr()": x.data_ptr,
+    "x.dtype, x.is_cuda": lambda: (x.dtype, x.is_cuda),
     "x.numel()": lambda: x.numel(),
     "dispatch (memoised)": lambda: kernel.dispatch(dtype=x.dtype, n_elements=4096, block_size=1024,
                                                    x_aligned=True, y_aligned=True, out_aligned=True),
-    "bare binary.run": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata, None, None, None,
-                                          *args),
+    "bare binary.run (tensors)": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata, None,
+                                                    None, None, *args),
+    "bare binary.run (int pointers)": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata,
+                                                         None, None, None, *pointer_args),
+    "C launch function (int pointers)": lambda: binary.run.launch(
+        4, 1, 1, stream, binary.function, binary.run.launch_cooperative_grid, binary.run.launch_pdl, None, None,
+        binary.packed_metadata, None, None, None, *pointer_args),
     "triton kernel[grid]": lambda: kernel.kernel[spec.grid](**spec.kwargs),
 }
 for name, part in parts.items():

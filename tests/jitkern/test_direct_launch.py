@@ -1,11 +1,20 @@
 """The direct launch path: same binary as Triton's normal path, or no direct launch at all."""
 
+import dataclasses
+
 import pytest
 import torch
+import triton
+import triton.language as tl
+from hypothesis import HealthCheck, assume, event, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from triton.runtime.driver import driver
 
-from jitkern import guard, settings
+from jitkern import LaunchSpec, TritonWarmupTensor, guard, settings
 from jitkern.examples.axpy import AxpyKernel, axpy
-from jitkern.testing import record_launches, triton_lookup_key
+from jitkern.kernel import build_direct_launch
+from jitkern.testing import dry_run_gpu, record_launches, triton_lookup_key
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
 
@@ -14,6 +23,13 @@ KERNEL = AxpyKernel()
 
 def inputs(n, dtype=torch.float32, offset=0):
     return torch.randn(n + offset, dtype=dtype)[offset:], torch.randn(n, dtype=dtype)
+
+
+def triton_runs(monkeypatch, kernel):
+    """The calls that reach Triton's own launch path (``JITFunction.run``) from now on."""
+    calls, run = [], kernel.kernel.run
+    monkeypatch.setattr(kernel.kernel, "run", lambda *args, **kwargs: calls.append(kwargs) or run(*args, **kwargs))
+    return calls
 
 
 def test_direct_launch_uses_the_binary_the_normal_path_would():
@@ -30,42 +46,83 @@ def test_direct_launch_uses_the_binary_the_normal_path_would():
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
 
 
-def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path():
-    class AlignmentBlind(AxpyKernel):
-        """Its key ignores alignment, so one key stands for several Triton binaries."""
+def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path(monkeypatch):
+    class Blind(AxpyKernel):
+        """Its key pins neither dtype, nor alignment, nor integer class: one key stands for
+        every Triton binary of the kernel."""
 
         def dispatch(self, **values):
-            return super().dispatch(**dict(values, x_aligned=True, y_aligned=True, out_aligned=True))
+            pinned = dict(dtype=torch.float32, n_elements=1000, x_aligned=True, y_aligned=True, out_aligned=True)
+            return super().dispatch(**dict(values, **pinned))
 
-    blind = AlignmentBlind()
+    blind = Blind()
     x, y = inputs(1000)
     blind(x, y, x, 1.0)  # first call: Triton's path, then the key gets its direct launch
     key = blind.launch_spec(x=x, y=y, out=x, alpha=1.0).key
     assert key in blind._direct_launches
+    runs = triton_runs(monkeypatch, blind)
     unaligned_x, _ = inputs(1000, offset=1)
     try:
         guard.set_mode("error")
         blind(x, y, x, 1.0)  # same specialisation: direct, nothing for the guard to see
+        blind(torch.nn.Parameter(x, requires_grad=False), y, x, 3.0)  # a parameter is a tensor too
+        assert runs == []
         with pytest.raises(guard.ServeTimeCompile, match="x_aligned=True"):
             blind(unaligned_x, y, x, 1.0)  # same key, other alignment: not the direct binary
         with pytest.raises(guard.ServeTimeCompile):
-            blind(torch.randn(16), torch.randn(16), torch.randn(16), 1.0)  # integer class 16, not 17
+            blind(*inputs(1008), torch.empty(1008), 1.0)  # n_elements a multiple of 16, unlike 1000
+        with pytest.raises(guard.ServeTimeCompile):
+            blind(*inputs(1000, torch.bfloat16), y.bfloat16(), 1.0)  # another dtype
     finally:
         guard.set_mode("off")
+    assert len(runs) == 3
 
 
-def test_launch_hooks_fire_on_the_direct_path():
-    import triton
-
+def test_launch_hooks_set_after_the_direct_launch_was_prepared_fire(monkeypatch):
     x, y = inputs(100)
     axpy(x, y, 1.0)  # prepares the direct launch
-    seen = []
-    triton.knobs.runtime.launch_enter_hook = lambda metadata: seen.append(metadata.get()["name"])
-    try:
-        axpy(x, y, 1.0)
-    finally:
-        triton.knobs.runtime.launch_enter_hook = None
-    assert seen == ["_axpy_kernel"]
+    runs = triton_runs(monkeypatch, KERNEL)
+    entered, exited = [], []
+    exit_hook = exited.append
+    with monkeypatch.context() as patch:
+        patch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda metadata: entered.append(metadata.get()))
+        triton.knobs.runtime.launch_exit_hook.add(exit_hook)  # Triton's own chain, changed in place
+        try:
+            axpy(x, y, 1.0)
+        finally:
+            triton.knobs.runtime.launch_exit_hook.remove(exit_hook)
+    assert entered == [{"name": "_axpy_kernel", "function": 0, "stream": 0}]
+    assert [metadata.get() for metadata in exited] == entered
+    assert runs == []  # the direct path fired them
+    axpy(x, y, 1.0)
+    assert len(entered) == len(exited) == 1
+
+
+def test_an_equal_key_object_finds_the_direct_launch(monkeypatch):
+    """A key dropped from dispatch's cache comes back as an equal object with another id."""
+    x, y = inputs(100)
+    axpy(x, y, 1.0)
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    runs = triton_runs(monkeypatch, KERNEL)
+    KERNEL.launch(dataclasses.replace(spec, key=dataclasses.replace(spec.key)))
+    KERNEL.launch(spec)
+    assert runs == []
+
+
+def test_what_no_key_pins_is_checked_on_every_direct_launch(monkeypatch):
+    x, y = inputs(100)
+    axpy(x, y, 1.0)
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    direct = KERNEL._direct_launches[spec.key]
+    assert direct.launch(spec.kwargs, spec.grid)
+    assert not direct.launch(dict(spec.kwargs, num_warps=8), spec.grid)  # a launch option
+    assert not direct.launch({**spec.kwargs, "BLOCK_SIZE": 512}, spec.grid)  # a constexpr
+    assert not direct.launch({**spec.kwargs, "alpha": 1}, spec.grid)  # an int where the binary has a float
+    with monkeypatch.context() as patch:
+        patch.setattr(triton.knobs.runtime, "debug", True)
+        assert not direct.launch(spec.kwargs, spec.grid)  # Triton would build a debug binary
+    with dry_run_gpu("cuda:90"):  # another driver
+        assert not direct.launch(spec.kwargs, spec.grid)
 
 
 def test_direct_launch_can_be_turned_off():
@@ -100,3 +157,131 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
         direct = kernel._direct_launches[spec.key]
         binaries = kernel.kernel.device_caches["compile-only:cuda:90"][0]
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
+
+
+@triton.jit(do_not_specialize=["count"], do_not_specialize_on_alignment=["Loose"])
+def _probe_kernel(Ptr, Loose, n, count, scale, flag, maybe, BLOCK: tl.constexpr):
+    pass  # never compiled: the checks are compared with Triton's binder alone
+
+
+class StubBinary:
+    """What a direct launch needs of a compiled kernel, for checks that need no binary."""
+
+    name, function, packed_metadata = "probe", 0, ()
+
+    def _init_handles(self):
+        pass
+
+    def run(self, *args):
+        pass
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+
+def triton_binary(kwargs):
+    """What names Triton's binary for these arguments (``compute_cache_key``); None if it refuses them."""
+    binder = _probe_kernel.device_caches[driver.active.get_current_device()][4]
+    try:
+        _bound, specialization, options = binder(**kwargs)
+    except (TypeError, OverflowError):
+        return None
+    return str(specialization), repr(sorted(options.items()))
+
+
+def _tensor(dtype, offset, parameter):
+    tensor = torch.zeros(64, dtype=dtype)[offset:]  # odd offsets break 16-byte alignment
+    return torch.nn.Parameter(tensor, requires_grad=False) if parameter else tensor
+
+
+_EDGES = [0, 1, 16, 2**31, 2**63, 2**64]  # around Triton's integer classes and 1
+_BOUNDARIES = st.sampled_from([1, *(sign * edge + k for edge in _EDGES for sign in (1, -1) for k in (-1, 0, 1))])
+_SCALARS = st.one_of(
+    _BOUNDARIES,
+    st.builds(lambda edge, sign, k: sign * edge + k, st.sampled_from(_EDGES), st.sampled_from([1, -1]),
+              st.integers(-17, 17)),
+    st.integers(-(2**63), 2**64 - 1), st.floats(), st.booleans(), st.none(),
+)
+_DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.int32, torch.uint8, torch.bool])
+_SUPPORTED = st.one_of(st.builds(_tensor, _DTYPES, st.integers(0, 17), st.booleans()), _SCALARS)
+_SUPPORTED_TYPES = (torch.Tensor, torch.nn.Parameter, int, float, bool, type(None), str)
+_OTHERS = st.sampled_from([TritonWarmupTensor(torch.float32), TritonWarmupTensor(torch.int32, aligned=False),
+                           "text", (16, 17)])
+_OPTIONS = st.sampled_from([{"num_warps": 4}, {"num_warps": 8}, {"num_warps": 4.0}, {},
+                            {"num_warps": 4, "num_stages": 2}])
+
+
+def _near(value):
+    """Values of the same kind as ``value``, across the boundaries Triton specialises on."""
+    if isinstance(value, torch.Tensor):
+        return st.builds(_tensor, st.just(value.dtype), st.integers(0, 17), st.booleans())
+    if type(value) is int:
+        return st.one_of(_BOUNDARIES, st.integers(-17, 17).map(lambda k: value + k))
+    return _SCALARS
+
+
+@hypothesis_settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_the_checks_accept_exactly_the_calls_triton_specialises_as_the_binary(data):
+    """Calls one argument (or the launch options) away from the one a binary was built for
+    are accepted exactly when Triton would take that binary."""
+    names = _probe_kernel.arg_names
+    reference = {name: data.draw(_SUPPORTED, label=name) for name in names[:-1]}
+    reference["BLOCK"] = data.draw(st.one_of(_SCALARS, st.text(max_size=2)), label="BLOCK")
+    reference.update(data.draw(_OPTIONS, label="options"))
+    binary = triton_binary(reference)
+    direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), reference, None), StubBinary())
+    assert (direct is None) == (binary is None)  # left to Triton: only what Triton refuses
+    assume(direct is not None)
+    assert direct.launch(reference, (1,))
+    changed = data.draw(st.sampled_from([*names, "options"]), label="changed")
+    if changed == "options":
+        probe = {name: reference[name] for name in names} | data.draw(_OPTIONS, label="probe options")
+    else:
+        value = st.one_of(_near(reference[changed]), _SUPPORTED, _OTHERS)
+        probe = dict(reference, **{changed: data.draw(value, label=f"probe {changed}")})
+    accepted = direct.launch(probe, (1,))
+    event(f"accepted={accepted}")
+    if all(type(value) in _SUPPORTED_TYPES for value in probe.values()):
+        assert accepted == (triton_binary(probe) == binary)
+    else:
+        assert not accepted  # stand-ins, tuples: Triton's path decides
+
+
+def test_integer_checks_agree_with_triton_on_each_side_of_every_boundary():
+    """Every value around Triton's integer classes, divisibility and 1, against every other,
+    for an argument specialised as usual (n), not at all (count) and not on divisibility (Loose)."""
+    values = sorted({sign * edge + k for edge in _EDGES for sign in (1, -1) for k in (-17, -16, -1, 0, 1, 16, 17)})
+    others = dict(Ptr=0, Loose=0, n=0, count=0, scale=0.0, flag=False, maybe=None, BLOCK=0)
+    for name in ("n", "count", "Loose"):
+        for reference in values:
+            kwargs = dict(others, **{name: reference})
+            binary = triton_binary(kwargs)
+            direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), kwargs, None), StubBinary())
+            assert (direct is None) == (binary is None), (name, reference)
+            for value in values if direct is not None else ():
+                probe = dict(others, **{name: value})
+                assert direct.launch(probe, (1,)) == (triton_binary(probe) == binary), (name, reference, value)
+
+
+def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
+    """With no scratch memory to allocate, the direct launch calls the C function itself."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    calls = []
+    launcher = CudaLauncher.__new__(CudaLauncher)  # the object, without building its C module
+    launcher.launch = lambda *args: calls.append(args)
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    launcher.global_scratch_align = launcher.profile_scratch_align = 1
+    launcher.launch_cooperative_grid, launcher.launch_pdl = False, True
+    binary = StubBinary()
+    binary.run = launcher
+    x, y = inputs(100)
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    direct = build_direct_launch(KERNEL.kernel, spec, binary)
+    assert "FUNCTION,\n        False, True, None, None, PACKED" in direct.source  # the C function, called directly
+    assert direct.launch(spec.kwargs, spec.grid)
+    arguments = [spec.kwargs[name] for name in KERNEL.kernel.arg_names]
+    pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in arguments]
+    launcher(*spec.grid, 1, 1, 0, binary.function, binary.packed_metadata, None, None, None, *pointers)
+    assert len(calls) == 2 and calls[0] == calls[1]

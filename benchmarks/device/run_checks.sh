@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every H200 check of a release, in one device call (device time is short), from the repo root:
+#
+#   bash benchmarks/device/run_checks.sh [steps...]     steps: check tests launch warmup step5 (default: all)
+#
+# Expects three ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
+# their dependencies as cp312 wheels: the device image lacks them), .golden/ (a copy of
+# ../shared/golden) and .cache-h200/ (the shipped manifests compiled for cuda:90 on a CPU
+# machine: python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .cache-h200).
+# Each step runs even if one before it failed; the summary lines come last.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD" JITKERN_GOLDEN_DIR="$PWD/.golden" TRITON_CACHE_DIR="$PWD/.cache-h200"
+steps="${*:-check tests launch warmup step5}"
+summary=()
+step() {  # step NAME TIMEOUT COMMAND...
+  local name=$1 limit=$2; shift 2
+  case " $steps " in *" $name "*) ;; *) return ;; esac
+  echo "=== $name: $*"
+  local start=$SECONDS
+  timeout "$limit" "$@"
+  summary+=("$name: exit $? in $((SECONDS - start)) s")
+}
+python3 -c "import sys, torch, triton; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, Triton {triton.__version__}, {torch.cuda.get_device_name()}')"
+step check 120 python3 -m jitkern.warmup warmup_manifests/*.json --check --no-progress
+step check 120 python3 benchmarks/device/h200_cache_check.py warmup_manifests/*.json
+step tests 420 env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider tests
+step launch 180 python3 benchmarks/bench_launch.py
+step warmup 300 python3 benchmarks/bench_warmup.py
+step step5 180 python3 benchmarks/bench_step5.py
+printf '%s\n' "${summary[@]}"
