@@ -76,3 +76,24 @@ def test_kernel_classes_must_declare_a_frozen_key_and_a_unique_name():
             @dataclass(frozen=True)
             class CompileKey:
                 a: int
+
+
+@pytest.mark.compiled
+def test_a_kernels_triton_cache_key_does_not_depend_on_what_was_hashed_before():
+    """Triton 3.6 hashes a kernel with only the constexpr globals of helpers hashed before
+    it; jitkern settles every kernel's key so that warmup and serving agree whatever the order."""
+    from jitkern.kernel import _jit_helpers, settle_cache_key
+    from step5.ops import summary_update
+
+    decode, prefill = summary_update._update_decode_kernel, summary_update._prefill_summary_kernel
+    settled = decode.cache_key
+    functions = {id(f): f for f in _jit_helpers(decode) + _jit_helpers(prefill)}.values()
+    raw_keys = []
+    for first in (decode, prefill):  # as two fresh processes would, in two orders
+        for function in functions:
+            function.hash, function.used_global_vals = None, {}
+        first.cache_key
+        raw_keys.append(decode.cache_key)
+        settle_cache_key(decode)
+        assert decode.cache_key == settled
+    assert raw_keys[0] != raw_keys[1], "Triton no longer depends on the order: settle_cache_key may go"
