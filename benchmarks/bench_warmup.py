@@ -82,7 +82,9 @@ def main() -> None:
             loaded = run([sys.executable, "-m", "jitkern.warmup", *args.manifests, "--load"], many).stdout
             wall = time.perf_counter() - start
             per_variant = [float(line.split("(")[1].split(" ms")[0]) for line in loaded.splitlines() if "ms each" in line]
+            start = next(line.rsplit(": ", 1)[1] for line in loaded.splitlines() if line.startswith("process start"))
             rows.append(("warm start: load every binary (fresh process, incl. imports)", f"{wall:.2f} s"))
+            rows.append(("warm start: process start (GPU context, triton_key), once", start))
             rows.append(("warm start per variant, worst kernel", f"{max(per_variant):.2f} ms"))
             print(loaded)
             example = str(REPO / "warmup_manifests/jitkern-example.json")
