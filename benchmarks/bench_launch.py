@@ -9,7 +9,8 @@
 The ratios compare (a) with (c) and (b); (a) hands the launcher tensor addresses and, when
 the kernel needs no scratch memory, skips its Python wrapper for the C launch function.
 "call us" is the kernel's public call: input validation, building the LaunchSpec, then (a).
-Each is the median over ``--repeats`` of the mean host time of ``--launches`` launches.
+Each is the median over ``--repeats`` of the mean host time of ``--launches`` launches; the
+four take turns within each repeat, so that drift of the host hits them alike.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
 DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
 through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
@@ -52,16 +53,21 @@ def record_calls(drive: Callable[[], None]):
     return calls
 
 
-def host_microseconds(launch: Callable[[], None], launches: int, repeats: int, sync: Callable[[], None]) -> float:
-    samples = []
+def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,
+                      sync: Callable[[], None]) -> list[float]:
+    """Median host us per launch of each way. The ways take turns, one block of
+    ``launches`` each per repeat, so that the host's drift (clocks, other processes)
+    falls on all of them alike and their ratios hold."""
+    samples: list[list[float]] = [[] for _ in ways]
     for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        for _ in range(launches):
-            launch()
-        samples.append((time.perf_counter() - start) / launches * 1e6)
+        for launch, taken in zip(ways, samples):
+            sync()
+            start = time.perf_counter()
+            for _ in range(launches):
+                launch()
+            taken.append((time.perf_counter() - start) / launches * 1e6)
     sync()
-    return statistics.median(samples)
+    return [statistics.median(taken) for taken in samples]
 
 
 def four_ways(kernel, args, kwargs):
@@ -115,7 +121,7 @@ def main() -> None:
         rows = []
         for name, (kernel, call_args, call_kwargs) in sorted(calls.items()):
             ways = four_ways(kernel, call_args, call_kwargs)
-            rows.append((name, *(host_microseconds(w, args.launches, args.repeats, sync) for w in ways)))
+            rows.append((name, *host_microseconds(list(ways), args.launches, args.repeats, sync)))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 
     header = (f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9} "
