@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from jitkern.settings import interpreting
+from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)
@@ -112,19 +113,6 @@ def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
         raise ValueError(f"{name}: must have {dim} dimensions, got shape {tuple(tensor.shape)}")
     if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
         raise ValueError(f"{name}: last dimension must be contiguous, got strides {tensor.stride()}")
-
-
-def check_same_device(**tensors: torch.Tensor) -> torch.device:
-    """The one device of all tensors. The error names the tensor that is elsewhere: the
-    expected device is the one most of them are on (in a tie, the first named's)."""
-    devices = [tensor.device for tensor in tensors.values()]
-    if devices.count(devices[0]) == len(devices):
-        return devices[0]
-    expected = max(devices, key=devices.count)  # max keeps the first of equal counts
-    for name, tensor in tensors.items():
-        if tensor.device != expected:
-            raise ValueError(f"{name}: on {tensor.device}, expected {expected} like the other inputs")
-    return expected
 
 
 def check_positive_int(name: str, value: Any) -> None:

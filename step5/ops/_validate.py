@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
+
 INDEX_DTYPES = (torch.int32, torch.int64)
 RING_ROW = 512
 
@@ -64,15 +66,3 @@ def check_ring(ring, capacity, draft_tokens: int) -> None:
         raise ValueError(f"capacity: {capacity} ring rows per request is less than 7 + {draft_tokens} (draft tokens)")
     if ring.shape[0] < capacity:
         raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
-
-
-def check_same_device(**tensors: torch.Tensor) -> None:
-    """Every tensor on one device. The error names the tensor that is elsewhere: the
-    expected device is the one most of them are on (in a tie, the first named's)."""
-    devices = [tensor.device for tensor in tensors.values()]
-    if devices.count(devices[0]) == len(devices):
-        return
-    expected = max(devices, key=devices.count)  # max keeps the first of equal counts
-    for name, tensor in tensors.items():
-        if tensor.device != expected:
-            raise ValueError(f"{name}: on {tensor.device}, but the other inputs are on {expected}")
