@@ -205,65 +205,6 @@ def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7
 
 
 @triton.jit
-def _summarize_regions(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7):
-    """``_summarize_region`` for a block of regions, one a row (``[regions, 256]`` rows
-    in position order): the same fp32 operations on each row, so the same bits."""
-    m0, m1, m2, m3, m4, m5, m6, m7 = tl.reduce(
-        (_bf16_to_f32(z0), _bf16_to_f32(z1), _bf16_to_f32(z2), _bf16_to_f32(z3),
-         _bf16_to_f32(z4), _bf16_to_f32(z5), _bf16_to_f32(z6), _bf16_to_f32(z7)),
-        1, _max8_combine,
-    )
-    m0 = tl.maximum(_neg_inf(), m0)[:, None]
-    m1 = tl.maximum(m0, m1[:, None])
-    m2 = tl.maximum(m1, m2[:, None])
-    m3 = tl.maximum(m2, m3[:, None])
-    m4 = tl.maximum(m3, m4[:, None])
-    m5 = tl.maximum(m4, m5[:, None])
-    m6 = tl.maximum(m5, m6[:, None])
-    m7 = tl.maximum(m6, m7[:, None])
-    w = _weights(_bf16_to_f32(z0), m0)
-    num = w * _bf16_to_f32(k0) + 0.0
-    den = w
-    w = _weights(_bf16_to_f32(z1), m1)
-    alpha = _alpha(m0, m1)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k1))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z2), m2)
-    alpha = _alpha(m1, m2)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k2))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z3), m3)
-    alpha = _alpha(m2, m3)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k3))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z4), m4)
-    alpha = _alpha(m3, m4)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k4))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z5), m5)
-    alpha = _alpha(m4, m5)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k5))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z6), m6)
-    alpha = _alpha(m5, m6)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k6))
-    den = den * alpha + w
-    w = _weights(_bf16_to_f32(z7), m7)
-    alpha = _alpha(m6, m7)
-    num = _rescale_add(num, alpha, w, _bf16_to_f32(k7))
-    den = den * alpha + w
-    return num, den
-
-
-@triton.jit
-def _store_summaries(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.constexpr, mask):
-    """``_store_summary`` for a block of regions, one a row, where ``mask``."""
-    summary = tl.div_rn(num, tl.maximum(den, 1e-20))  # IEEE division
-    address = slot // BLOCK_SIZE * mean_stride0 + slot % BLOCK_SIZE // 8 * 256
-    tl.store(Mean + address + dim, _fp8_e4m3_bytes(summary), mask=mask)
-
-
-@triton.jit
 def _loads_issued(anchor):
     """Let no load written before this point move after it (``fence.acq_rel.cta``).
 

@@ -37,10 +37,8 @@ from step5.ops._summary_math import (
     _ring_row,
     _ring_row_after,
     _row_pointers,
-    _store_summaries,
     _store_summary,
     _summarize_region,
-    _summarize_regions,
     _zeros,
 )
 from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
@@ -54,7 +52,6 @@ _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 # throughput kernel: ptxas picks 128 (16 resident programs per SM, the 16 row loads in two
 # batches); 200 gives one batch but 10 programs per SM. Measure both (profile_step5.py).
 _DECODE_MAXNREG = 200
-_DECODE_TOKENS = 8  # tokens a decode program, one warp each: batch 1024 is one wave of 128 programs
 _PREFILL_MAXNREG = 128  # H200, 256K tokens: 74.8 us vs 76.2 us (ptxas default), 97.9 us at 96 (device notes 5)
 GROUP_COLUMNS = 3  # prefill metadata row: [closing token, its KV slot, rows taken from the ring]
 
@@ -137,63 +134,58 @@ def _check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_toke
 
 
 @triton.jit(
-    do_not_specialize=["n_tokens", "positions_stride"],
+    do_not_specialize=["positions_stride"],
     do_not_specialize_on_alignment=["Slots", "Positions", "RingBase"],
 )
 def _update_decode_kernel(
-    Key, Z, Slots, Positions, RingBase, Mean, Ring, n_tokens,
+    Key, Z, Slots, Positions, RingBase, Mean, Ring,
     key_stride0, key_stride2, z_stride0, z_stride2, positions_stride, mean_stride0,
-    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, TOKENS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr,
 ):
-    # Per token (one row of the block, one warp each):
     # position p % 8 == 7: summary of ring rows p-7 .. p-1 then this row -> mean[slot]
     # otherwise:           ring[base + p % capacity] = [key | z]
-    # TOKENS tokens a program, so that a batch of 1024 is one wave of 128 programs: the
-    # GPU's cost of starting a program, paid ~8 times per SM with one token a program,
-    # was a third of the step. The chain of dependent loads is two deep: slot / position /
-    # base (and the token's row, alongside) -> the 7 ring rows, all issued before any math.
-    token = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS).to(tl.int64)
-    live = token < n_tokens
-    dim = tl.arange(0, 256)[None, :]
-    slot = tl.load(Slots + token, mask=live, other=-1).to(tl.int64)
-    position = tl.load(Positions + token * positions_stride, mask=live, other=-1).to(tl.int64)
-    base = tl.load(RingBase + token, mask=live, other=-1).to(tl.int64)
-    rows = token[:, None]
-    key = tl.load(Key + rows * key_stride0 + dim * key_stride2, mask=live[:, None])
-    z = tl.load(Z + rows * z_stride0 + dim * z_stride2, mask=live[:, None])
-    taken = (slot >= 0) & (base >= 0) & (position >= 0)
-    closing = taken & (position % 8 == 7)
-    storing = (taken & (position % 8 != 7))[:, None]
-    read = closing[:, None]
-    first = tl.where(closing, (position - 7) % RING_CAPACITY, 0)[:, None]  # position >= 7 where closing
-    ring_base = tl.where(closing, base, 0)[:, None]
-    r0 = _ring_row_after(Ring, ring_base, first, 0, RING_CAPACITY)
-    r1 = _ring_row_after(Ring, ring_base, first, 1, RING_CAPACITY)
-    r2 = _ring_row_after(Ring, ring_base, first, 2, RING_CAPACITY)
-    r3 = _ring_row_after(Ring, ring_base, first, 3, RING_CAPACITY)
-    r4 = _ring_row_after(Ring, ring_base, first, 4, RING_CAPACITY)
-    r5 = _ring_row_after(Ring, ring_base, first, 5, RING_CAPACITY)
-    r6 = _ring_row_after(Ring, ring_base, first, 6, RING_CAPACITY)
-    k0 = tl.load(r0 + dim, mask=read)
-    z0 = tl.load(r0 + 256 + dim, mask=read)
-    k1 = tl.load(r1 + dim, mask=read)
-    z1 = tl.load(r1 + 256 + dim, mask=read)
-    k2 = tl.load(r2 + dim, mask=read)
-    z2 = tl.load(r2 + 256 + dim, mask=read)
-    k3 = tl.load(r3 + dim, mask=read)
-    z3 = tl.load(r3 + 256 + dim, mask=read)
-    k4 = tl.load(r4 + dim, mask=read)
-    z4 = tl.load(r4 + 256 + dim, mask=read)
-    k5 = tl.load(r5 + dim, mask=read)
-    z5 = tl.load(r5 + 256 + dim, mask=read)
-    k6 = tl.load(r6 + dim, mask=read)
-    z6 = tl.load(r6 + 256 + dim, mask=read)
-    _loads_issued(tl.program_id(0))  # all 14 ring loads in flight at once
-    num, den = _summarize_regions(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, key, z)
-    _store_summaries(Mean, tl.where(closing, slot, 0)[:, None], dim, num, den, mean_stride0, BLOCK_SIZE, read)
-    row = Ring + (tl.where(storing, base[:, None] + position[:, None] % RING_CAPACITY, 0)) * 512
-    tl.store(row + dim, key, mask=storing)
-    tl.store(row + 256 + dim, z, mask=storing)
+    # The chain of dependent loads is two deep: slot / position / base (and this token's
+    # row, alongside) -> the 7 ring rows, all issued before any math; then the region's
+    # math with its eight row maxima in parallel (``_summarize_region``).
+    token = tl.program_id(0).to(tl.int64)
+    dim = tl.arange(0, 256)
+    slot = tl.load(Slots + token).to(tl.int64)
+    position = tl.load(Positions + token * positions_stride).to(tl.int64)
+    base = tl.load(RingBase + token).to(tl.int64)
+    key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+    key = tl.load(key_ptr)
+    z = tl.load(z_ptr)
+    if (slot >= 0) & (base >= 0) & (position >= 0):
+        if position % 8 == 7:
+            first = (position - 7) % RING_CAPACITY  # position >= 7 here
+            r0 = _ring_row_after(Ring, base, first, 0, RING_CAPACITY)
+            r1 = _ring_row_after(Ring, base, first, 1, RING_CAPACITY)
+            r2 = _ring_row_after(Ring, base, first, 2, RING_CAPACITY)
+            r3 = _ring_row_after(Ring, base, first, 3, RING_CAPACITY)
+            r4 = _ring_row_after(Ring, base, first, 4, RING_CAPACITY)
+            r5 = _ring_row_after(Ring, base, first, 5, RING_CAPACITY)
+            r6 = _ring_row_after(Ring, base, first, 6, RING_CAPACITY)
+            k0 = tl.load(r0 + dim)
+            z0 = tl.load(r0 + 256 + dim)
+            k1 = tl.load(r1 + dim)
+            z1 = tl.load(r1 + 256 + dim)
+            k2 = tl.load(r2 + dim)
+            z2 = tl.load(r2 + 256 + dim)
+            k3 = tl.load(r3 + dim)
+            z3 = tl.load(r3 + 256 + dim)
+            k4 = tl.load(r4 + dim)
+            z4 = tl.load(r4 + 256 + dim)
+            k5 = tl.load(r5 + dim)
+            z5 = tl.load(r5 + 256 + dim)
+            k6 = tl.load(r6 + dim)
+            z6 = tl.load(r6 + 256 + dim)
+            _loads_issued(slot.to(tl.int32))  # all 14 ring loads in flight at once
+            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, key, z)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+        else:
+            row = _ring_row(Ring, base, position, RING_CAPACITY)
+            tl.store(row + dim, key)
+            tl.store(row + 256 + dim, z)
 
 
 class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
@@ -214,7 +206,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         z_stride2: int
         mean_stride0: int
         aligned: bool  # key, z, mean and ring 16-byte aligned
-        num_warps: int = _DECODE_TOKENS
+        num_warps: int = _NUM_WARPS
 
     def dispatch(self, *, slots_dtype, positions_dtype, ring_base_dtype, mean_stride0, block_size,
                  ring_capacity, **row_fields) -> CompileKey:
@@ -253,15 +245,14 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     @kernel_launcher
     def __call__(self, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         block_size = mean.shape[1] * 8
-        tokens = slots.shape[0]
         return LaunchSpec(
-            grid=(triton.cdiv(tokens, _DECODE_TOKENS),),
+            grid=(slots.shape[0],),
             kwargs=dict(
                 Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
-                n_tokens=tokens, key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0),
-                z_stride2=z.stride(2), positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
-                BLOCK_SIZE=block_size, RING_CAPACITY=capacity, TOKENS=_DECODE_TOKENS, num_warps=_DECODE_TOKENS,
-                enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG,
+                key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
+                positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
+                BLOCK_SIZE=block_size, RING_CAPACITY=capacity, num_warps=_NUM_WARPS, enable_fp_fusion=False,
+                maxnreg=_DECODE_MAXNREG,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,
