@@ -340,12 +340,13 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
     if any(type(value) not in (type(None), bool, int, float, str) for value in [*options.values(), *constexprs]):
         return None
     loads, checks, values, launch_args = [], [], [], []
+    fixed: dict[str, Any] = {}  # constexprs and options: checked together, in one comparison
     for i, param in enumerate(jit_function.params):
         arg, value = f"a{i}", kwargs[param.name]
         loads.append(f"{arg} = kwargs[{param.name!r}]")
         values.append(arg)
         if param.is_constexpr:
-            checks += [f"# {param.name}: constexpr {value!r}", f"if not ({_same(arg, value)}): return False"]
+            _fix(fixed, checks, arg, value, f"{param.name}: constexpr")
             launch_args.append(arg)
             continue
         specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
@@ -360,7 +361,11 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
     for j, (name, value) in enumerate(options.items()):
         loads.append(f"o{j} = kwargs[{name!r}]")
-        checks += [f"# option {name}", f"if not ({_same(f'o{j}', value)}): return False"]
+        _fix(fixed, checks, f"o{j}", value, f"option {name}")
+    if fixed:
+        namespace["FIXED_VALUES"], namespace["FIXED_TYPES"] = tuple(fixed.values()), tuple(map(type, fixed.values()))
+        checks.append(f"if ({', '.join(f'type({arg})' for arg in fixed)},) != FIXED_TYPES or "  # types first:
+                      f"({', '.join(fixed)},) != FIXED_VALUES: return False")  # == on any object may raise
     source = "\n".join([
         "def launch(kwargs, grid):",
         f"    if len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or get_device() != DEVICE:",
@@ -425,6 +430,17 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
     if kind in ("u1", "fp32"):
         return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
     return None
+
+
+def _fix(fixed: dict[str, Any], checks: list[str], arg: str, value: Any, what: str) -> None:
+    """Note that ``arg`` must be ``value`` (of the same type: Triton names a binary by the
+    text of its values, so 1 is not True); floats, whose text tells 0.0 from -0.0, are
+    checked on their own."""
+    checks.append(f"# {what} {value!r}")
+    if isinstance(value, float):
+        checks.append(f"if not ({_same(arg, value)}): return False")
+    else:
+        fixed[arg] = value
 
 
 def _same(arg: str, value: Any) -> str:
