@@ -2,9 +2,10 @@
 named target, and checking that a cache already holds every key.
 
 A key's outcome is "compiled", "cached" (found in Triton's on-disk cache, or already in
-this process) or "failed". Triton writes every cache entry atomically and the group file
-last, so workers can share one cache directory, and a run that was interrupted leaves
-only whole entries behind: the next run finds them and compiles the rest.
+this process) or "failed". Triton writes every cache file atomically and an entry's
+group file last, so workers can share one cache directory, and a run that was
+interrupted leaves partial entries that nobody uses (``jitkern.cache`` hands out whole
+entries only): the next run finds the whole ones and compiles the rest.
 """
 
 from __future__ import annotations
@@ -291,10 +292,6 @@ def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
     return EntryState({})  # the hook never fired: nothing to compile (e.g. under the interpreter)
 
 
-def is_cached(kernel: JitKernel, key: Any, target: str) -> bool:
-    return entry_state(kernel, key, target).usable
-
-
 def _probe_cache(*, fn, compile, **_: Any) -> None:
     raise _Probe(_entry_state(fn.jit_function, compile))
 
@@ -344,5 +341,5 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_state", "is_cached", "tasks_for",
+__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_state", "tasks_for",
            "default_jobs", "COMPILED", "CACHED", "FAILED"]
