@@ -115,12 +115,6 @@ def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
         raise ValueError(f"{name}: last dimension must be contiguous, got strides {tensor.stride()}")
 
 
-def check_positive_int(name: str, value: Any) -> None:
-    """A size: a positive int, and not a bool (``True`` would pass for 1)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: must be a positive int, got {value!r}")
-
-
 def _check_tensor(name: str, tensor: Any) -> None:
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")

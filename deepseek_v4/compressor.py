@@ -40,6 +40,7 @@ import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
 from jitkern import kernel_launcher, keys
+from jitkern.validation import check_int
 from deepseek_v4.common import (
     FLOAT_DTYPE,
     GDC_AVAILABLE,
@@ -47,7 +48,6 @@ from deepseek_v4.common import (
     LAYOUTS,
     check_float_tensor,
     check_index_tensor,
-    check_positive_int,
     check_same_device,
     dtype_name,
     index_dtype_names,
@@ -491,11 +491,10 @@ def compress_windows(
     it is checked against ``block_table``'s width without touching the device.
     """
     layout = layout_of(compress_ratio)
-    check_positive_int("head_dim", head_dim)
-    check_positive_int("block_size", block_size)
-    if max_position is not None and (isinstance(max_position, bool) or not isinstance(max_position, int)
-                                     or max_position < 0):
-        raise ValueError(f"max_position: must be None or an int >= 0, got {max_position!r}")
+    check_int("head_dim", head_dim, minimum=1)
+    check_int("block_size", block_size, minimum=1)
+    if max_position is not None:
+        check_int("max_position", max_position, minimum=0)
     check_float_tensor("state_cache", state_cache, 3)
     check_float_tensor("out", out, 2)
     check_index_tensor("positions", positions, _INDEX_DTYPES)

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
 from jitkern import kernel_launcher, keys
+from jitkern.validation import check_int
 from deepseek_v4.common import (
     FLOAT_DTYPE,
     GDC_AVAILABLE,
@@ -23,7 +24,6 @@ from deepseek_v4.common import (
     LAYOUTS,
     check_float_tensor,
     check_index_tensor,
-    check_positive_int,
     check_same_device,
     dtype_name,
     index_dtype_names,
@@ -330,11 +330,10 @@ def save_partial_states(
             raise ValueError(f"{name}: {tensor.shape[0]} tokens, kv has {tokens}")
     if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
         raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
-    check_positive_int("block_size", block_size)
+    check_int("block_size", block_size, minimum=1)
     if state_cache.shape[1] != block_size:
         raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
-    if isinstance(state_width, bool) or not isinstance(state_width, int):
-        raise ValueError(f"state_width: must be an int, got {state_width!r}")
+    check_int("state_width", state_width)
     if not head_size <= state_width:
         raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
     if state_cache.shape[2] < state_width + head_size:

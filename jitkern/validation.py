@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> None:
+    """``value`` is an int, at least ``minimum`` when given. Not a bool (``True`` would
+    pass for 1), nor a float (8.5 would become 8), nor a numpy int: sizes become Triton
+    arguments, and another type there is another binary."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
 
 
 def same_device(**tensors: torch.Tensor) -> torch.device:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from jitkern.validation import check_int
 from step5.ops import summary_update
 from step5.ops._validate import check_index
 from step5.ring import Step5CSATailRing, as_device
@@ -48,8 +49,7 @@ class Step5SummaryCacheSpec:
 
     def allocate(self, num_blocks: int, device: torch.device | str | None = None) -> torch.Tensor:
         """A ``[num_blocks, block_size // 8, 256]`` uint8 ``mean`` cache."""
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 0:
-            raise ValueError(f"num_blocks: expected an int >= 0, got {num_blocks!r}")
+        check_int("num_blocks", num_blocks, minimum=0)
         return torch.zeros(
             (num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=as_device(device)
         )

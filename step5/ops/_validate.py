@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from jitkern.validation import check_int
 from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -60,8 +61,7 @@ def check_ring(ring, capacity, draft_tokens: int) -> None:
     if not isinstance(ring, torch.Tensor) or ring.dtype != torch.bfloat16 or ring.dim() != 2 \
             or ring.shape[1] != RING_ROW or ring.stride() != (RING_ROW, 1):
         raise ValueError(f"ring: expected contiguous bfloat16 [rows, 512], got {_describe(ring)}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise ValueError(f"capacity: expected an int, got {type(capacity).__name__}")
+    check_int("capacity", capacity)
     if capacity < 7 + draft_tokens:
         raise ValueError(f"capacity: {capacity} ring rows per request is less than 7 + {draft_tokens} (draft tokens)")
     if ring.shape[0] < capacity:
