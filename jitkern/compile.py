@@ -11,6 +11,7 @@ entries only): the next run finds the whole ones and compiles the rest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -149,6 +150,7 @@ def build_launcher(binary: Any) -> None:
     """
     if binary.metadata.target.backend != "cuda":
         return
+    import triton
     from triton.backends.nvidia import driver as cuda_driver
 
     source = binary.src
@@ -159,8 +161,17 @@ def build_launcher(binary: Any) -> None:
     launcher = cuda_driver.make_launcher(constants, dict(source.signature), getattr(binary.metadata, "tensordesc_meta", None))
     _build_host_module(launcher, "__triton_launcher")
     if _stand_in_libcuda() is not None:  # on a GPU machine the driver has built cuda_utils already
-        with open(os.path.join(os.path.dirname(cuda_driver.__file__), "driver.c")) as file:
-            _build_host_module(file.read(), "cuda_utils")
+        _build_cuda_utils(triton.knobs.cache.dir)
+
+
+@functools.cache
+def _build_cuda_utils(cache_dir: str) -> None:
+    """Triton's ``cuda_utils`` module: one per cache, so once per cache and process, not
+    once per key (``cache_dir`` keys the memo)."""
+    from triton.backends.nvidia import driver as cuda_driver
+
+    with open(os.path.join(os.path.dirname(cuda_driver.__file__), "driver.c")) as file:
+        _build_host_module(file.read(), "cuda_utils")
 
 
 def _build_host_module(c_source: str, name: str) -> None:
