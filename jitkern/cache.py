@@ -36,6 +36,8 @@ from typing import Any, Iterator
 import triton
 from triton.runtime.cache import FileCacheManager
 
+from jitkern import settings
+
 IDENTITY_FILE = "jitkern-identity.json"
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -225,7 +227,7 @@ _private: dict[str, str] = {}
 def _private_root(cache_entry_dir: str, error: OSError) -> str:
     """This process's private writable cache, created (and announced) once."""
     if "root" not in _private:
-        _private["root"] = os.environ.get("JITKERN_PRIVATE_CACHE_DIR") or tempfile.mkdtemp(prefix="jitkern-cache-")
+        _private["root"] = settings.current().private_cache_dir or tempfile.mkdtemp(prefix="jitkern-cache-")
         warnings.warn(
             f"jitkern: the Triton cache {os.path.dirname(cache_entry_dir)} is not writable ({error.strerror}); "
             f"this process compiles into the private directory {_private['root']}",

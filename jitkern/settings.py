@@ -20,6 +20,9 @@ class Settings:
     """JITKERN_GUARD_RECORD: where record mode appends keys nobody warmed."""
     direct_launch: bool = True
     """JITKERN_DIRECT_LAUNCH: launch warmed keys straight through their binary."""
+    private_cache_dir: str = ""
+    """JITKERN_PRIVATE_CACHE_DIR: where to compile when the Triton cache is read-only
+    (empty: a new temporary directory)."""
 
     @classmethod
     def from_environment(cls) -> "Settings":
@@ -30,6 +33,7 @@ class Settings:
             guard_mode=guard_mode,
             guard_record_file=os.environ.get("JITKERN_GUARD_RECORD", cls.guard_record_file),
             direct_launch=os.environ.get("JITKERN_DIRECT_LAUNCH", "1") not in ("0", "false", "no"),
+            private_cache_dir=os.environ.get("JITKERN_PRIVATE_CACHE_DIR", cls.private_cache_dir),
         )
 
 
