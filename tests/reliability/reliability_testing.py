@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from warmup_testing import cache_entries
+
 from jitkern import hooks, registry
 from jitkern.cache import MISSING, inspect_entry
 from jitkern.compile import COMPILED, CACHED, compile_task
@@ -36,9 +38,7 @@ def entry_states(cache: Path) -> dict[str, str | None]:
     """Every kernel entry folder of the cache -> None when jitkern would use it, else why not
     (``MISSING`` for a partial entry: one whose group file was not written yet)."""
     states = {}
-    for folder in cache.iterdir():
-        if not folder.is_dir() or folder.name.startswith("tmp") or list(folder.glob("*.so")):
-            continue
+    for folder in cache_entries(cache):
         files = [path for path in folder.iterdir() if path.is_file() and not path.name.startswith("__grp__")]
         group_name = files[0].stem + ".json" if files else "none.json"
         states[folder.name] = inspect_entry(str(folder), group_name).problem
