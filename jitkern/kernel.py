@@ -81,7 +81,7 @@ class JitKernel(Generic[CompileKeyT]):
 
     name: ClassVar[str]
     CompileKey: ClassVar[type]
-    compile_cost: ClassVar[float] = 1.0
+    compile_cost: ClassVar[float] = 0.2
     """Rough seconds to compile one key. Parallel warmup starts the costliest keys first,
     so that a slow key does not start last and bound the wall time; only the order matters."""
     _instance: ClassVar["JitKernel | None"] = None
@@ -368,9 +368,8 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
                       f"({', '.join(fixed)},) != FIXED_VALUES: return False")  # == on any object may raise
     source = "\n".join([
         "def launch(kwargs, grid):",
-        f"    if len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or get_device() != DEVICE:",
-        "        return False",
-        "    if RUNTIME.debug is not DEBUG or PRE_RUN_HOOKS:",
+        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or RUNTIME.debug is not DEBUG",
+        "            or PRE_RUN_HOOKS or get_device() != DEVICE):",
         "        return False",
         "    try:",
         *(f"        {line}" for line in loads),
@@ -413,11 +412,10 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
             return None
         dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
         namespace[dtype] = value.dtype
-        lines = [f"if type({arg}) not in TENSORS or {arg}.dtype is not {dtype} "
-                 f"or {'not ' if on_cuda else ''}{arg}.is_cuda: return False", f"p{i} = {arg}.data_ptr()"]
+        condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
         if divisibility:
-            lines.append(f"if {'' if key == 'D' else 'not '}p{i} & 15: return False")
-        return lines
+            return [f"if {condition} or {'' if key == 'D' else 'not '}(p{i} := {arg}.data_ptr()) & 15: return False"]
+        return [f"if {condition}: return False", f"p{i} = {arg}.data_ptr()"]
     if kind in _INT_CLASSES:
         condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
         if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1

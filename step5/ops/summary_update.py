@@ -191,7 +191,7 @@ def _update_decode_kernel(
 class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     name = "step5.update_decode"
     kernel = _update_decode_kernel
-    compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
+    compile_cost = 0.6  # seconds a key on our CPU machine
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -443,7 +443,7 @@ def _prefill_summary_kernel(
 class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
     name = "step5.prefill_summary"
     kernel = _prefill_summary_kernel
-    compile_cost = 2.7  # seconds a key on our CPU machine: among the slowest to compile
+    compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -597,52 +597,74 @@ def _update_verify_kernel(
     key_stride0, key_stride2, z_stride0, z_stride2, n_tokens, mean_stride0,
     BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, Q: tl.constexpr,
 ):
-    # token j of request r: index qsl[r] + j, position p = seq_lens[r] - Q + j, in position order:
-    #   p % 8 == 7: summary of rows p-7 .. p (rows before seq_lens[r] - Q from the ring, the
-    #               others from this step) -> mean[slot];  otherwise ring[base + p % capacity] = row.
-    # A closing token reads the ring before any later token of the request writes it.
+    # token j of request r: index qsl[r] + j, position p = seq_lens[r] - Q + j.
+    # First the tokens that close a region (p % 8 == 7: j0, j0 + 8, ... below Q): summary of
+    #   rows p-7 .. p (those before seq_lens[r] - Q from the ring, the rest from this step)
+    #   -> mean[slot]. Then every other token: ring[base + p % capacity] = row. So every
+    #   ring read of the request precedes its ring writes, which may reuse the rows read.
+    # One closing block per 8 tokens, not one per token, keeps the kernel small: Triton's
+    # compile time grows with the square of its loads and stores.
     request = tl.program_id(0)
     first = tl.load(QueryStartLoc + request).to(tl.int64)
     first_position = tl.load(SeqLens + request).to(tl.int64) - Q
     base = tl.load(RingBase + first, mask=first < n_tokens, other=-1).to(tl.int64)
     dim = tl.arange(0, 256)
+    first_closing = ((7 - first_position) % 8 + 8) % 8  # the j with position % 8 == 7
+    for block in tl.static_range((Q + 7) // 8):
+        j = first_closing + 8 * block
+        token = first + j
+        position = first_position + j
+        closes = (j < Q) & (token < n_tokens)
+        slot = tl.load(Slots + token, mask=closes, other=-1).to(tl.int64)
+        if closes & (slot >= 0) & (base >= 0) & (position >= 0):
+            ring_first = (position - 7) % RING_CAPACITY  # position >= 7 here
+            k0, z0 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 0, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k1, z1 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 1, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k2, z2 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 2, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k3, z3 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 3, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k4, z4 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 4, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k5, z5 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 5, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            k6, z6 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 6, dim, key_stride0, key_stride2,
+                                         z_stride0, z_stride2, RING_CAPACITY)
+            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+            k7 = tl.load(key_ptr)
+            z7 = tl.load(z_ptr)
+            _loads_issued(slot.to(tl.int32))  # all 16 row loads in flight at once
+            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
     for j in tl.static_range(Q):
         token = first + j
         position = first_position + j
-        present = token < n_tokens
-        slot = tl.load(Slots + token, mask=present, other=-1).to(tl.int64)
-        key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
-        key = tl.load(key_ptr, mask=present)
-        z = tl.load(z_ptr, mask=present)
-        if (slot >= 0) & (base >= 0) & (position >= 0):
-            if position % 8 == 7:
-                num = _zeros()
-                den = _zeros()
-                m = _neg_inf()
-                for i in tl.static_range(7):
-                    if i >= 7 - j:  # position p-7+i is token j-7+i of this step
-                        row_key_ptr, row_z_ptr = _row_pointers(
-                            Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2
-                        )
-                        row_key = tl.load(row_key_ptr)
-                        row_z = tl.load(row_z_ptr)
-                    else:
-                        row = _ring_row(Ring, base, position - 7 + i, RING_CAPACITY)
-                        row_key = tl.load(row + dim)
-                        row_z = tl.load(row + 256 + dim)
-                    num, den, m = _accumulate(num, den, m, _bf16_to_f32(row_key), _bf16_to_f32(row_z))
-                num, den, m = _accumulate(num, den, m, _bf16_to_f32(key), _bf16_to_f32(z))
-                _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
-            else:
-                row = _ring_row(Ring, base, position, RING_CAPACITY)
-                tl.store(row + dim, key)
-                tl.store(row + 256 + dim, z)
+        slot = tl.load(Slots + token, mask=token < n_tokens, other=-1).to(tl.int64)
+        if (slot >= 0) & (base >= 0) & (position >= 0) & (position % 8 != 7):
+            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+            row = _ring_row(Ring, base, position, RING_CAPACITY)
+            tl.store(row + dim, tl.load(key_ptr))
+            tl.store(row + 256 + dim, tl.load(z_ptr))
+
+
+@triton.jit
+def _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, i: tl.constexpr, dim, key_stride0, key_stride2,
+                        z_stride0, z_stride2, RING_CAPACITY: tl.constexpr):
+    """Row ``i`` (position p-7+i) of the region closed by step token ``j`` (``token``, at
+    position p): from the ring when that position came before this step (i < 7 - j), else
+    this step's token ``token - 7 + i``. One load each for key and z, from either place."""
+    ring_row = _ring_row_after(Ring, base, ring_first, i, RING_CAPACITY)
+    key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+    from_ring = i < 7 - j
+    return tl.load(tl.where(from_ring, ring_row + dim, key_ptr)), tl.load(tl.where(from_ring, ring_row + 256 + dim, z_ptr))
 
 
 class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
     name = "step5.update_verify"
     kernel = _update_verify_kernel
-    compile_cost = 4.0  # seconds a key on our CPU machine: among the slowest to compile
+    compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
 
     @dataclass(frozen=True)
     class CompileKey:
