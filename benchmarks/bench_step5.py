@@ -6,8 +6,10 @@ Measures, in one run:
 - copy bandwidth: a large torch device-to-device copy (bytes read + written per second);
 - prefill at 8K and 256K tokens (one request, block size 256): the whole update
   (``build_prefill_groups`` + ``update_prefill``);
-- decode at batch 1, 64, 1024 (block size 64) and verify with 3 draft tokens at batch
-  1, 64, 1024 (block size 256).
+- decode at batch 1, 64, 1024 (block size 64; one token in eight closes a region, as in
+  serving, where each request advances one position a step; and at 1024 also the worst
+  case, every token closing) and verify with 3 draft tokens at batch 1, 64, 1024 (block
+  size 256).
 Every case is captured in a CUDA graph (``--graph-steps`` steps per graph) and timed with
 ``triton.testing.do_bench`` medians; µs is GPU time per step. "Bytes" are those the spec
 makes move: key and z read (1 KB a token), ring rows read by closing tokens, ring rows and
@@ -161,7 +163,9 @@ def bench_prefill(tokens: int, timer: Timer, device) -> Result:
     return Result(f"prefill {tokens // 1024}K tokens", microseconds, moved, timer(baseline, graph=False))
 
 
-def bench_decode(batch: int, timer: Timer, device) -> Result:
+def bench_decode(batch: int, timer: Timer, device, every_token_closes: bool = False) -> Result:
+    """One decode step: each request advances one position, so one token in eight closes
+    a region (``batch // 8`` of them here, at least one); or, the worst case, every token."""
     block_size, capacity, span = 64, 8, 512
     ring = Step5CSATailRing(batch, batch, capacity=capacity, device=device)
     ring.rows.normal_()
@@ -169,8 +173,9 @@ def bench_decode(batch: int, timer: Timer, device) -> Result:
         ring.allocate(request)
     mean = Step5SummaryCacheSpec(block_size).allocate(batch * span // block_size, device)
     cache = Step5SparseSummaryCache(mean)
-    host_positions = torch.randint(0, span, (batch,))
-    host_positions[: max(1, batch // 8)] |= 7  # one token in eight closes a region
+    offsets = torch.randint(0, 7, (batch,))  # position % 8: 7 closes a region
+    offsets[: batch if every_token_closes else max(1, batch // 8)] = 7
+    host_positions = torch.randint(0, span // 8, (batch,)) * 8 + offsets
     host_slots = torch.arange(batch) * span + host_positions
     ring.prepare(list(range(batch)), host_positions.tolist(), [1] * batch)
     key, z = rows(batch, device)
@@ -189,7 +194,8 @@ def bench_decode(batch: int, timer: Timer, device) -> Result:
         key, z, ring.rows, mean, sources, from_ring, (host_slots[closing] // 8).to(device),
         (open_tokens * capacity + host_positions[open_tokens] % capacity).to(device), open_tokens.to(device),
     )
-    return Result(f"decode batch {batch}", microseconds, moved, timer(baseline, graph=False))
+    name = f"decode batch {batch}{', all closing' if every_token_closes else ''}"
+    return Result(name, microseconds, moved, timer(baseline, graph=False))
 
 
 def bench_verify(batch: int, timer: Timer, device, draft_tokens: int = 3) -> Result:
@@ -247,16 +253,17 @@ def main(argv: list[str] | None = None) -> None:
     batches = [1, 6] if args.smoke else [1, 64, 1024]
     results = [bench_prefill(t, timer, device) for t in prefill_sizes]
     results += [bench_decode(b, timer, device) for b in batches]
+    results.append(bench_decode(batches[-1], timer, device, every_token_closes=True))
     results += [bench_verify(b, timer, device) for b in batches]
 
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (smoke)"
     print(f"\n{name}: device-to-device copy {copy_bw / 1e9:.0f} GB/s (read + written)")
-    print(f"{'case':<24}{'GPU us':>10}{'MB moved':>10}{'GB/s':>9}{'of copy':>9}{'torch us':>11}{'speed-up':>10}")
+    print(f"{'case':<32}{'GPU us':>10}{'MB moved':>10}{'GB/s':>9}{'of copy':>9}{'torch us':>11}{'speed-up':>10}")
     for result in results:
         bandwidth = result.bytes_moved / (result.microseconds * 1e-6)
         baseline = result.baseline_microseconds
         print(
-            f"{result.name:<24}{result.microseconds:>10.2f}{result.bytes_moved / 1e6:>10.2f}{bandwidth / 1e9:>9.0f}"
+            f"{result.name:<32}{result.microseconds:>10.2f}{result.bytes_moved / 1e6:>10.2f}{bandwidth / 1e9:>9.0f}"
             f"{bandwidth / copy_bw:>9.2f}{baseline if baseline else float('nan'):>11.1f}"
             f"{(baseline / result.microseconds) if baseline else float('nan'):>9.1f}x"
         )

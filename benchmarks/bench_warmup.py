@@ -5,8 +5,9 @@
 Measures, each in fresh processes so nothing is already in memory:
 - wall time to compile all manifests into an empty cache with 1, 2, 4, ... workers up to
   all cores (for ``--target`` with no GPU, or for this machine's GPU), and the speed-up
-  per worker (the slowest single key bounds it: Step5's verify kernel compiles for
-  seconds);
+  per worker; beside it, the machine's own ceiling: how much more work that many
+  processes running a fixed CPU-bound loop do than one (below 1 x workers where cores
+  are hyperthreads or shared);
 - with a GPU: time to load every binary from the full cache (``--load``), per variant;
 - with a GPU: first-launch latency of the example kernel with and without warmup.
 Prints a table last.
@@ -58,6 +59,22 @@ def compile_all(manifests, target, jobs, cache_dir):
     return summary["wall_seconds"], keys
 
 
+CPU_LOOP = "sum(i * i for i in range(6_000_000))"
+
+
+def cpu_ceiling(workers: int) -> float:
+    """Speed-up of ``workers`` processes each running ``CPU_LOOP`` at once over one alone
+    (the better of two tries each)."""
+    def wall(count: int) -> float:
+        start = time.perf_counter()
+        processes = [subprocess.Popen([sys.executable, "-c", CPU_LOOP]) for _ in range(count)]
+        for process in processes:
+            process.wait()
+        return time.perf_counter() - start
+
+    return workers * min(wall(1), wall(1)) / min(wall(workers), wall(workers))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default=None, help="compile for this target (no GPU needed); default: this GPU")
@@ -74,9 +91,10 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as scratch:
                 cache = many if workers == cores else scratch
                 parallel, _ = compile_all(args.manifests, args.target, workers, cache)
+            ceiling = cpu_ceiling(workers)
             rows.append((f"compile {keys} keys, {workers} workers",
                          f"{parallel:.2f} s  speed-up {serial / parallel:.2f}x = {serial / parallel / workers:.2f} "
-                         "x workers"))
+                         f"x workers (CPU-bound loops: {ceiling:.2f}x = {ceiling / workers:.2f} x workers)"))
         if has_gpu and not args.target:
             start = time.perf_counter()
             loaded = run([sys.executable, "-m", "jitkern.warmup", *args.manifests, "--load"], many).stdout

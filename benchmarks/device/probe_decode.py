@@ -6,9 +6,10 @@ Times, each in a CUDA graph of 20 steps: an empty kernel (1 and 1024 programs); 
 shipped decode kernel at batch 1 and 1024 with no, one in eight, or every token closing a
 region, at 1, 2 and 4 warps; and variants of its closing path (``MATH``): 0 stores the
 key bytes instead of a summary (no math), 1 is the shipped math, 2 converts to fp8 with
-the hardware (``cvt.rn.bf16`` then ``cvt.rn.satfinite.e4m3x2``), 3 adds an exp that
-flushes subnormals (``ex2.approx.ftz``). Variants 2 and 3 also report how many summary
-bytes differ from the shipped kernel's.
+the hardware (``cvt.rn.bf16`` then ``cvt.rn.satfinite.e4m3x2``), 3 also evaluates the
+region row after row with an exp that flushes subnormals (``ex2.approx.ftz``), 4 keeps
+the shipped order with that exp; 2-4 at 1, 2 and 4 warps, with how many summary bytes
+differ from the shipped kernel's.
 """
 
 import sys
@@ -43,6 +44,41 @@ def _exp_ftz(x):
 
 
 @triton.jit
+def _exp_of(x, FTZ: tl.constexpr):
+    if FTZ:
+        return _exp_ftz(x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _reordered_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, FTZ: tl.constexpr):
+    """``_summarize_region``'s order (eight maxima at once, then the recurrence), its exp chosen."""
+    zs = (sm._bf16_to_f32(z0), sm._bf16_to_f32(z1), sm._bf16_to_f32(z2), sm._bf16_to_f32(z3),
+          sm._bf16_to_f32(z4), sm._bf16_to_f32(z5), sm._bf16_to_f32(z6), sm._bf16_to_f32(z7))
+    keys = (k0, k1, k2, k3, k4, k5, k6, k7)
+    m0, m1, m2, m3, m4, m5, m6, m7 = tl.reduce(zs, 0, sm._max8_combine)
+    m0 = tl.maximum(sm._neg_inf(), m0)
+    m1 = tl.maximum(m0, m1)
+    m2 = tl.maximum(m1, m2)
+    m3 = tl.maximum(m2, m3)
+    m4 = tl.maximum(m3, m4)
+    m5 = tl.maximum(m4, m5)
+    m6 = tl.maximum(m5, m6)
+    m7 = tl.maximum(m6, m7)
+    ms = (m0, m1, m2, m3, m4, m5, m6, m7)
+    w = _exp_of(zs[0] - tl.where(m0 == float("-inf"), 0.0, m0), FTZ)
+    num = w * sm._bf16_to_f32(k0) + 0.0
+    den = w
+    for i in tl.static_range(1, 8):
+        w = _exp_of(zs[i] - tl.where(ms[i] == float("-inf"), 0.0, ms[i]), FTZ)
+        alpha = tl.where(ms[i - 1] == float("-inf"), 0.0, _exp_of(ms[i - 1] - ms[i], FTZ))
+        num = num * alpha + w * sm._bf16_to_f32(keys[i])
+        den = den * alpha + w
+    return num, den
+
+
+@triton.jit
 def _summary_variant(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, MATH: tl.constexpr):
     if MATH == 3:
         keys = (k0, k1, k2, k3, k4, k5, k6, k7)
@@ -59,6 +95,8 @@ def _summary_variant(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7,
             den = den * alpha + w
             m = m_new
         return num, den
+    elif MATH == 4:
+        return _reordered_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, True)
     else:
         return sm._summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
 
@@ -152,16 +190,13 @@ def main() -> None:
             cache, key, z, slots, positions, ring = decode_case(batch, closing, device)
             spec = decode.launch_spec(key, z, slots, positions, ring.metadata().base[:batch], cache.mean, ring.rows,
                                       ring.capacity)
-            for warps in (1, 2, 4):
-                kwargs = dict(spec.kwargs, num_warps=warps)
-                us = timer(lambda: decode.kernel[spec.grid](**kwargs))
-                table.append((f"decode {batch:>4}, closing {closing:>4}, {warps} warps", us))
+            us = timer(lambda: decode.launch(spec))
+            table.append((f"decode {batch:>4}, closing {closing:>4}, shipped", us))
             if closing == "none":
                 continue
             shipped = None
-            for math in (1, 0, 2, 3):
-                kwargs = {k: v for k, v in spec.kwargs.items() if k not in ("maxnreg",)}
-                kwargs.update(MATH=math, maxnreg=spec.kwargs["maxnreg"])
+            for math, warps in [(1, 1), (0, 1)] + [(m, w) for m in (2, 3, 4) for w in (1, 2, 4)]:
+                kwargs = dict(spec.kwargs, MATH=math, num_warps=warps)
                 cache.mean.fill_(0x55)
                 ring_before = ring.rows.clone()
                 _probe_decode_kernel[spec.grid](**kwargs)
@@ -170,7 +205,7 @@ def main() -> None:
                 shipped = result if math == 1 else shipped
                 diff = "" if math in (0, 1) else f" ({int((result != shipped).sum())} bytes differ)"
                 us = timer(lambda: _probe_decode_kernel[spec.grid](**kwargs))
-                table.append((f"decode {batch:>4}, closing {closing:>4}, MATH {math}{diff}", us))
+                table.append((f"decode {batch:>4}, closing {closing:>4}, MATH {math}, {warps} warps{diff}", us))
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}, Triton {triton.__version__}")
     for name, us in table:
         print(f"{name:<52} {us:7.2f} us")
