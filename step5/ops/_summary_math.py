@@ -1,12 +1,14 @@
 """Triton helpers shared by the Step5 summary kernels: one row of the online softmax,
 the fp8 encoding of a summary, and the addresses of ring rows and summaries.
 
-The bf16 and fp8 conversions are done with integer operations rather than Triton's
-``.to()``: Triton's CPU interpreter (our CI) rounds fp32 -> bf16 and fp32 -> fp8 wrongly
-(no carry into the exponent, no saturation), so a kernel built on ``.to()`` could not be
-checked byte for byte on the CPU. The integer forms below are exact on both the
-interpreter and the GPU and cost a handful of ALU operations per byte of a
-memory-bound kernel.
+Two helpers take another path under Triton's CPU interpreter (our CI) than on the GPU:
+
+- The fp8 encoding. On the GPU the hardware rounds (``cvt.rn.bf16.f32``, then
+  ``cvt.rn.satfinite.e4m3x2.f32``), exactly as the spec asks. The interpreter rounds
+  fp32 -> bf16 and fp32 -> fp8 wrongly (no carry into the exponent, no saturation), so
+  there the same bytes come from integer operations. ``test_fp8_encoding...`` checks
+  each path where it runs.
+- ``exp``: on the GPU, ``tl.exp``'s own ``ex2.approx`` but flushing subnormals (below).
 """
 
 from __future__ import annotations
@@ -57,6 +59,21 @@ def _zeros():
 
 
 @triton.jit
+def _exp(x):
+    """e^x, as ``tl.exp`` computes it on the GPU (``ex2.approx`` of ``x * log2(e)``) but with
+    subnormals flushed to zero (``.ftz``), which spares the fix-up ptxas wraps around each
+    ``ex2.approx.f32``: 0.1-0.2 us of a decode step (device notes 18). A weight below 2^-126
+    is that far below the region's largest weight (1), so no summary byte moves by more
+    than the spec's one step for a GPU exp (a zero may change sign: 0 steps).
+    """
+    if _INTERPRETED:
+        return tl.exp(x)
+    else:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _accumulate(num, den, m, key, z):
     """One row of the region's online softmax, with a scalar running maximum ``m``.
 
@@ -65,8 +82,8 @@ def _accumulate(num, den, m, key, z):
     den = den*alpha + w. Kernels calling this compile with enable_fp_fusion=False: no FMA.
     """
     m_new = tl.maximum(m, _row_max(z))
-    alpha = tl.where(m == float("-inf"), 0.0, tl.exp(m - m_new))
-    w = tl.where(m_new == float("-inf"), 0.0, tl.exp(z - m_new))
+    alpha = tl.where(m == float("-inf"), 0.0, _exp(m - m_new))
+    w = tl.where(m_new == float("-inf"), 0.0, _exp(z - m_new))
     num = num * alpha + w * key
     den = den * alpha + w
     return num, den, m_new
@@ -78,15 +95,18 @@ def _fp8_e4m3_bytes(x):
     bits = x.to(tl.int32, bitcast=True)
     is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
     sign = (bits >> 24) & 0x80
-    # bf16: add 0x7FFF plus the lowest kept bit (ties to even), keep the high 16 bits
-    bf16_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    magnitude = tl.minimum((bf16_bits & 0x7FFFFFFF).to(tl.float32, bitcast=True), 448.0)
-    m_bits = magnitude.to(tl.int32, bitcast=True)
-    # normal fp8 (>= 2^-6): round the fp32 mantissa to 3 bits, rebias the exponent 127 -> 7
-    normal = ((m_bits + 0x7FFFF + ((m_bits >> 20) & 1)) >> 20) - (120 << 3)
-    # subnormal fp8: a multiple of 2^-9; adding 2^23 rounds magnitude * 2^9 to an integer (RNE)
-    subnormal = ((magnitude * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
-    code = tl.where(magnitude >= 0.015625, normal, subnormal)
+    if _INTERPRETED:
+        # bf16: add 0x7FFF plus the lowest kept bit (ties to even), keep the high 16 bits
+        bf16_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        magnitude = tl.minimum((bf16_bits & 0x7FFFFFFF).to(tl.float32, bitcast=True), 448.0)
+        m_bits = magnitude.to(tl.int32, bitcast=True)
+        # normal fp8 (>= 2^-6): round the fp32 mantissa to 3 bits, rebias the exponent 127 -> 7
+        normal = ((m_bits + 0x7FFFF + ((m_bits >> 20) & 1)) >> 20) - (120 << 3)
+        # subnormal fp8: a multiple of 2^-9; adding 2^23 rounds magnitude * 2^9 to an integer (RNE)
+        subnormal = ((magnitude * 512.0 + 8388608.0) - 8388608.0).to(tl.int32)
+        code = tl.where(magnitude >= 0.015625, normal, subnormal)
+    else:  # the hardware rounds both steps, saturating (satfinite)
+        code = x.to(tl.bfloat16).to(tl.float32).to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32) & 0x7F
     code = tl.where(is_nan, 0x7F, code) | sign
     return code.to(tl.uint8)
 
@@ -124,7 +144,7 @@ def _max8_combine(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7
 @triton.jit
 def _alpha(m, m_new):
     """exp(m - m_new), 0 when m is -inf (a scalar)."""
-    return tl.where(m == float("-inf"), 0.0, tl.exp(m - m_new))
+    return tl.where(m == float("-inf"), 0.0, _exp(m - m_new))
 
 
 @triton.jit
@@ -134,7 +154,7 @@ def _weights(z, m_new):
     Same bits as ``where(m_new == -inf, 0, exp(z - m_new))`` with the select on the scalar:
     m_new == -inf means every z of the row is -inf, and exp(-inf - 0) = +0.
     """
-    return tl.exp(z - tl.where(m_new == float("-inf"), 0.0, m_new))
+    return _exp(z - tl.where(m_new == float("-inf"), 0.0, m_new))
 
 
 @triton.jit
