@@ -67,7 +67,8 @@ def _encode_kernel(X, Out, N: tl.constexpr):
 
 
 def test_fp8_encoding_matches_reference_on_every_kind_of_float():
-    """bf16-then-fp8 rounding, ties, saturation, subnormals, signed zeros, inf and NaN."""
+    """bf16-then-fp8 rounding, ties, saturation, subnormals, signed zeros, inf and NaN:
+    the integer form under the interpreter, the hardware conversions on a GPU."""
     specials = [448.0, 460.0, 464.0, 470.0, 1e6, float("inf"), -float("inf"), -500.0, 0.0, -0.0,
                 2.0**-10, 2.0**-9 * 1.5, 2.0**-6 * 0.99, 1.0625 + 2.0**-12, 1.0625, 1.1875, 3e-39]
     random_bits = torch.randint(-(2**31), 2**31 - 1, (4096,), dtype=torch.int64).to(torch.int32).view(torch.float32)
