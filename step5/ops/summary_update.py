@@ -158,29 +158,12 @@ def _update_decode_kernel(
     if (slot >= 0) & (base >= 0) & (position >= 0):
         if position % 8 == 7:
             first = (position - 7) % RING_CAPACITY  # position >= 7 here
-            r0 = _ring_row_after(Ring, base, first, 0, RING_CAPACITY)
-            r1 = _ring_row_after(Ring, base, first, 1, RING_CAPACITY)
-            r2 = _ring_row_after(Ring, base, first, 2, RING_CAPACITY)
-            r3 = _ring_row_after(Ring, base, first, 3, RING_CAPACITY)
-            r4 = _ring_row_after(Ring, base, first, 4, RING_CAPACITY)
-            r5 = _ring_row_after(Ring, base, first, 5, RING_CAPACITY)
-            r6 = _ring_row_after(Ring, base, first, 6, RING_CAPACITY)
-            k0 = tl.load(r0 + dim)
-            z0 = tl.load(r0 + 256 + dim)
-            k1 = tl.load(r1 + dim)
-            z1 = tl.load(r1 + 256 + dim)
-            k2 = tl.load(r2 + dim)
-            z2 = tl.load(r2 + 256 + dim)
-            k3 = tl.load(r3 + dim)
-            z3 = tl.load(r3 + 256 + dim)
-            k4 = tl.load(r4 + dim)
-            z4 = tl.load(r4 + 256 + dim)
-            k5 = tl.load(r5 + dim)
-            z5 = tl.load(r5 + 256 + dim)
-            k6 = tl.load(r6 + dim)
-            z6 = tl.load(r6 + 256 + dim)
+            rows = ()  # (key, z) of positions p-7 .. p
+            for i in tl.static_range(7):
+                row = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
+                rows += (tl.load(row + dim), tl.load(row + 256 + dim))
             _loads_issued(slot.to(tl.int32))  # all 14 ring loads in flight at once
-            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, key, z)
+            num, den = _summarize_region(*rows, key, z)
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
         else:
             row = _ring_row(Ring, base, position, RING_CAPACITY)
@@ -402,24 +385,11 @@ def _prefill_summary_kernel(
     if (token >= 0) & (ring_rows == 0):
         base = tl.load(RingBase + token)
         key_ptr, z_ptr = _row_pointers(Key, Z, token - 7, dim, *strides)
-        k0 = tl.load(key_ptr)
-        z0 = tl.load(z_ptr)
-        k1 = tl.load(key_ptr + 1 * key_stride0)
-        z1 = tl.load(z_ptr + 1 * z_stride0)
-        k2 = tl.load(key_ptr + 2 * key_stride0)
-        z2 = tl.load(z_ptr + 2 * z_stride0)
-        k3 = tl.load(key_ptr + 3 * key_stride0)
-        z3 = tl.load(z_ptr + 3 * z_stride0)
-        k4 = tl.load(key_ptr + 4 * key_stride0)
-        z4 = tl.load(z_ptr + 4 * z_stride0)
-        k5 = tl.load(key_ptr + 5 * key_stride0)
-        z5 = tl.load(z_ptr + 5 * z_stride0)
-        k6 = tl.load(key_ptr + 6 * key_stride0)
-        z6 = tl.load(z_ptr + 6 * z_stride0)
-        k7 = tl.load(key_ptr + 7 * key_stride0)
-        z7 = tl.load(z_ptr + 7 * z_stride0)
+        rows = ()  # (key, z) of tokens t-7 .. t
+        for i in tl.static_range(8):
+            rows += (tl.load(key_ptr + i * key_stride0), tl.load(z_ptr + i * z_stride0))
         _loads_issued(ring_rows)
-        num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
+        num, den = _summarize_region(*rows)
         if base >= 0:
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
     elif token >= 0:
@@ -427,16 +397,11 @@ def _prefill_summary_kernel(
         position = tl.load(Positions + token * positions_stride).to(tl.int64)
         if base >= 0:
             first = (position - 7) % RING_CAPACITY  # p % 8 == 7, so p >= 7
-            k0, z0 = _region_row(Key, Z, Ring, token, base, first, 0, ring_rows, dim, *strides, RING_CAPACITY)
-            k1, z1 = _region_row(Key, Z, Ring, token, base, first, 1, ring_rows, dim, *strides, RING_CAPACITY)
-            k2, z2 = _region_row(Key, Z, Ring, token, base, first, 2, ring_rows, dim, *strides, RING_CAPACITY)
-            k3, z3 = _region_row(Key, Z, Ring, token, base, first, 3, ring_rows, dim, *strides, RING_CAPACITY)
-            k4, z4 = _region_row(Key, Z, Ring, token, base, first, 4, ring_rows, dim, *strides, RING_CAPACITY)
-            k5, z5 = _region_row(Key, Z, Ring, token, base, first, 5, ring_rows, dim, *strides, RING_CAPACITY)
-            k6, z6 = _region_row(Key, Z, Ring, token, base, first, 6, ring_rows, dim, *strides, RING_CAPACITY)
-            k7, z7 = _region_row(Key, Z, Ring, token, base, first, 7, ring_rows, dim, *strides, RING_CAPACITY)
+            rows = ()  # (key, z) of positions p-7 .. p
+            for i in tl.static_range(8):
+                rows += _region_row(Key, Z, Ring, token, base, first, i, ring_rows, dim, *strides, RING_CAPACITY)
             _loads_issued(ring_rows)
-            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
+            num, den = _summarize_region(*rows)
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
 
 
@@ -603,12 +568,14 @@ def _update_verify_kernel(
     #   -> mean[slot]. Then every other token: ring[base + p % capacity] = row. So every
     #   ring read of the request precedes its ring writes, which may reuse the rows read.
     # One closing block per 8 tokens, not one per token, keeps the kernel small: Triton's
-    # compile time grows with the square of its loads and stores.
+    # Coalesce pass takes time growing faster than the kernel's loads and stores (1.4 s
+    # for the 76 of a closing path per token, 0.3 s for these 33; device notes 17).
     request = tl.program_id(0)
     first = tl.load(QueryStartLoc + request).to(tl.int64)
     first_position = tl.load(SeqLens + request).to(tl.int64) - Q
     base = tl.load(RingBase + first, mask=first < n_tokens, other=-1).to(tl.int64)
     dim = tl.arange(0, 256)
+    strides = (key_stride0, key_stride2, z_stride0, z_stride2)
     first_closing = ((7 - first_position) % 8 + 8) % 8  # the j with position % 8 == 7
     for block in tl.static_range((Q + 7) // 8):
         j = first_closing + 8 * block
@@ -618,47 +585,23 @@ def _update_verify_kernel(
         slot = tl.load(Slots + token, mask=closes, other=-1).to(tl.int64)
         if closes & (slot >= 0) & (base >= 0) & (position >= 0):
             ring_first = (position - 7) % RING_CAPACITY  # position >= 7 here
-            k0, z0 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 0, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k1, z1 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 1, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k2, z2 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 2, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k3, z3 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 3, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k4, z4 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 4, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k5, z5 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 5, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            k6, z6 = _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, 6, dim, key_stride0, key_stride2,
-                                         z_stride0, z_stride2, RING_CAPACITY)
-            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
-            k7 = tl.load(key_ptr)
-            z7 = tl.load(z_ptr)
+            rows = ()  # (key, z) of positions p-7 .. p; those before this step (7 - j) from the ring
+            for i in tl.static_range(7):
+                rows += _region_row(Key, Z, Ring, token, base, ring_first, i, 7 - j, dim, *strides, RING_CAPACITY)
+            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, *strides)
+            rows += (tl.load(key_ptr), tl.load(z_ptr))
             _loads_issued(slot.to(tl.int32))  # all 16 row loads in flight at once
-            num, den = _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7)
+            num, den = _summarize_region(*rows)
             _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
     for j in tl.static_range(Q):
         token = first + j
         position = first_position + j
         slot = tl.load(Slots + token, mask=token < n_tokens, other=-1).to(tl.int64)
         if (slot >= 0) & (base >= 0) & (position >= 0) & (position % 8 != 7):
-            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+            key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, *strides)
             row = _ring_row(Ring, base, position, RING_CAPACITY)
             tl.store(row + dim, tl.load(key_ptr))
             tl.store(row + 256 + dim, tl.load(z_ptr))
-
-
-@triton.jit
-def _region_row_of_step(Key, Z, Ring, token, base, ring_first, j, i: tl.constexpr, dim, key_stride0, key_stride2,
-                        z_stride0, z_stride2, RING_CAPACITY: tl.constexpr):
-    """Row ``i`` (position p-7+i) of the region closed by step token ``j`` (``token``, at
-    position p): from the ring when that position came before this step (i < 7 - j), else
-    this step's token ``token - 7 + i``. One load each for key and z, from either place."""
-    ring_row = _ring_row_after(Ring, base, ring_first, i, RING_CAPACITY)
-    key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
-    from_ring = i < 7 - j
-    return tl.load(tl.where(from_ring, ring_row + dim, key_ptr)), tl.load(tl.where(from_ring, ring_row + 256 + dim, z_ptr))
 
 
 class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
