@@ -1,4 +1,4 @@
-"""Triton helpers shared by the Step5 summary kernels: one row of the online softmax,
+"""Triton helpers shared by the Step5 summary kernels: the online softmax of a region,
 the fp8 encoding of a summary, and the addresses of ring rows and summaries.
 
 Two helpers take another path under Triton's CPU interpreter (our CI) than on the GPU:
@@ -54,11 +54,6 @@ def _neg_inf():
 
 
 @triton.jit
-def _zeros():
-    return tl.full((256,), 0.0, tl.float32)
-
-
-@triton.jit
 def _exp(x):
     """e^x, as ``tl.exp`` computes it on the GPU (``ex2.approx`` of ``x * log2(e)``) but with
     subnormals flushed to zero (``.ftz``), which spares the fix-up ptxas wraps around each
@@ -71,22 +66,6 @@ def _exp(x):
     else:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
                                          dtype=tl.float32, is_pure=True, pack=1)
-
-
-@triton.jit
-def _accumulate(num, den, m, key, z):
-    """One row of the region's online softmax, with a scalar running maximum ``m``.
-
-    m_new = max(m, max_d z[d]);  alpha = exp(m - m_new)  (0 when m is -inf)
-    w = exp(z - m_new)  (0 everywhere when m_new is -inf);  num = num*alpha + w*key;
-    den = den*alpha + w. Kernels calling this compile with enable_fp_fusion=False: no FMA.
-    """
-    m_new = tl.maximum(m, _row_max(z))
-    alpha = tl.where(m == float("-inf"), 0.0, _exp(m - m_new))
-    w = tl.where(m_new == float("-inf"), 0.0, _exp(z - m_new))
-    num = num * alpha + w * key
-    den = den * alpha + w
-    return num, den, m_new
 
 
 @triton.jit
@@ -131,7 +110,7 @@ def _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_str
     return Key + token * key_stride0 + dim * key_stride2, Z + token * z_stride0 + dim * z_stride2
 
 
-# --- the whole region at once: the same fp32 operations as eight ``_accumulate`` calls,
+# --- the whole region at once: the same fp32 operations as the spec's row-by-row loop,
 # evaluated in an order with more independent work in flight ---------------------------
 
 
@@ -167,8 +146,10 @@ def _rescale_add(acc, alpha, w, key):
 def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7):
     """(num, den) of the region whose 8 raw bf16 rows are given in position order.
 
-    Bit for bit the spec's sequential loop (eight ``_accumulate`` calls): the same fp32
-    operations on the same operands, only evaluated in another order. The eight row
+    Bit for bit the spec's sequential loop (m_new = max(m, max_d z_t); alpha = exp(m -
+    m_new), 0 when m is -inf; w = exp(z_t - m_new); num = num*alpha + w*key_t; den =
+    den*alpha + w): the same fp32 operations on the same operands, only evaluated in
+    another order. The eight row
     maxima are independent reductions (one multi-operand reduce, so all of them overlap,
     and with several warps they share one exchange); then the scalar running maximum;
     then each row's weights, which depend only on that scalar; the num/den recurrence

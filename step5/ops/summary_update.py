@@ -30,7 +30,6 @@ import triton.language as tl
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
 from jitkern import kernel_launcher, keys
 from step5.ops._summary_math import (
-    _accumulate,
     _bf16_to_f32,
     _loads_issued,
     _neg_inf,
@@ -39,7 +38,6 @@ from step5.ops._summary_math import (
     _row_pointers,
     _store_summary,
     _summarize_region,
-    _zeros,
 )
 from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
 
