@@ -162,7 +162,7 @@ def bench_store(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sweep: 
 def _raw_launch(kernel, inputs, **overrides):
     """The kernel's own launch spec with some launch parameters replaced (sweeps only)."""
     spec = kernel.launch_spec(**inputs)
-    kernel.kernel[spec.grid](**{**spec.kwargs, **overrides})
+    kernel.kernel[spec.grid](**{**kernel.triton_kwargs(spec), **overrides})
 
 
 # --- the compressor -------------------------------------------------------------------------

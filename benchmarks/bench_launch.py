@@ -83,7 +83,8 @@ def four_ways(kernel, args, kwargs):
     binary = direct.binary
     device = driver.active.get_current_device()
     jit_function = kernel.kernel
-    bound, _specialization, _options = jit_function.device_caches[device][4](**spec.kwargs)
+    triton_kwargs = kernel.triton_kwargs(spec)
+    bound, _specialization, _options = jit_function.device_caches[device][4](**triton_kwargs)
     bound_args = tuple(bound.values())
     grid = tuple(spec.grid) + (1,) * (3 - len(spec.grid))
     stream = driver.active.get_current_stream(device)
@@ -92,7 +93,7 @@ def four_ways(kernel, args, kwargs):
         kernel.launch(spec)
 
     def via_triton():
-        jit_function[spec.grid](**spec.kwargs)
+        jit_function[spec.grid](**triton_kwargs)
 
     def via_bare():
         binary.run(grid[0], grid[1], grid[2], stream, binary.function, binary.packed_metadata, None, None, None,

@@ -249,8 +249,7 @@ def sweep_launch(kernel: "CompressWindowsKernel", inputs: dict, *, block_d: int 
     """Launch ``inputs`` with tiling choices replaced (benchmark sweeps only: the
     variants are not warmup keys and compile on first use). ``program_d`` defaults to
     ``block_d``; ``chunk`` to the one ``min_programs`` (default ``_MIN_PROGRAMS``) picks."""
-    spec = kernel.launch_spec(**inputs)
-    kwargs = dict(spec.kwargs)
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
     head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
     if block_d is not None:
         kwargs["BLOCK_D"] = block_d
@@ -401,6 +400,22 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             launch_pdl=key.launch_pdl,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        layout = layout_of(key.compress_ratio)
+        return dict(
+            HEAD_DIM=key.head_dim,
+            STATE_WIDTH=layout.state_width(key.head_dim),
+            COMPRESS_RATIO=key.compress_ratio,
+            OVERLAP=layout.overlap,
+            BLOCK_SIZE=key.block_size,
+            BLOCK_D=key.block_d,
+            PROGRAM_D=key.program_d,
+            SCAN=key.scan,
+            USE_GDC=key.launch_pdl and GDC_AVAILABLE,
+            num_warps=key.num_warps,
+            launch_pdl=key.launch_pdl,
+        )
+
     @kernel_launcher
     def __call__(
         self,
@@ -416,7 +431,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
     ) -> LaunchSpec:
         """Programs over (token chunks, column groups); at ratio 4 one per token and the
         whole head. No checks here: it also runs on warmup stand-ins."""
-        layout = LAYOUTS[compress_ratio]
         key = self.dispatch(
             compress_ratio=compress_ratio,
             head_dim=head_dim,
@@ -449,17 +463,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
                 out_row_stride=out.stride(0),
                 n_tokens=tokens,
                 n_chunks=n_chunks,
-                HEAD_DIM=head_dim,
-                STATE_WIDTH=layout.state_width(head_dim),
-                COMPRESS_RATIO=compress_ratio,
-                OVERLAP=layout.overlap,
-                BLOCK_SIZE=block_size,
-                BLOCK_D=key.block_d,
-                PROGRAM_D=key.program_d,
-                SCAN=key.scan,
-                USE_GDC=launch_pdl and GDC_AVAILABLE,
-                num_warps=key.num_warps,
-                launch_pdl=launch_pdl,
             ),
             key=key,
             result=out,

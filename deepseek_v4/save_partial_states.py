@@ -223,6 +223,18 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             launch_pdl=key.launch_pdl,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(
+            HEAD_SIZE=key.head_size,
+            BLOCK_H=key.block_h,
+            STATE_WIDTH=key.state_width,
+            COMPRESS_RATIO=key.compress_ratio,
+            BLOCK_SIZE=key.block_size,
+            USE_GDC=key.launch_pdl and GDC_AVAILABLE,
+            num_warps=key.num_warps,
+            launch_pdl=key.launch_pdl,
+        )
+
     @kernel_launcher
     def __call__(
         self,
@@ -271,14 +283,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
                 state_block_stride=state_cache.stride(0),
                 state_row_stride=state_cache.stride(1),
                 Slot_ptr=slot_mapping,
-                HEAD_SIZE=key.head_size,
-                BLOCK_H=key.block_h,
-                STATE_WIDTH=state_width,
-                COMPRESS_RATIO=compress_ratio,
-                BLOCK_SIZE=block_size,
-                USE_GDC=launch_pdl and GDC_AVAILABLE,
-                num_warps=key.num_warps,
-                launch_pdl=launch_pdl,
             ),
             key=key,
             result=state_cache,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
@@ -31,11 +32,12 @@ class WarmupMismatch(RuntimeError):
 
 @dataclass(slots=True)
 class LaunchSpec(Generic[CompileKeyT]):
-    """What one launch needs: the grid, the kernel's keyword arguments, the key.
+    """What one launch needs: the grid, the kernel's runtime arguments, the key.
 
-    ``kwargs`` holds every argument of the ``@triton.jit`` function by name, plus
-    Triton launch options (``num_warps``, ...). ``result`` is what the call returns.
-    Not frozen: it is built on every launch, and a frozen dataclass costs twice as much.
+    ``kwargs`` holds the arguments of the ``@triton.jit`` function that are not constexprs,
+    by name; the constexprs and Triton's launch options come from the kernel's
+    ``constants(key)``. ``result`` is what the call returns. Not frozen: it is built on
+    every launch, and a frozen dataclass costs twice as much.
     """
 
     grid: tuple[int, ...]
@@ -106,6 +108,7 @@ class JitKernel(Generic[CompileKeyT]):
             cls._instance = super().__new__(cls)
             cls._instance._direct_launches = {}  # compile key -> DirectLaunch or None (TritonJitKernel)
             cls._instance._recent_launches = {}  # id(key) -> (key, DirectLaunch.launch)
+            cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
         return cls._instance
 
     def dispatch(self, **values: Any) -> CompileKeyT:
@@ -198,6 +201,15 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     kernel: ClassVar[Any]
 
+    def constants(self, key: CompileKeyT) -> dict[str, Any]:
+        """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,
+        ...) for ``key``.
+
+        They come from the key alone, so that a key names one binary whatever the call:
+        a direct launch passes the key's constants as they are and checks none of them.
+        """
+        return {}
+
     def warmup_inputs(self, key: CompileKeyT) -> dict[str, Any]:
         """Keyword arguments for ``__call__`` that make Triton build ``key``'s binary.
 
@@ -208,6 +220,15 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec ``__call__`` would launch for these inputs, without launching."""
         return type(self).__call__.launch_spec(self, *args, **inputs)
+
+    def triton_kwargs(self, spec: LaunchSpec[CompileKeyT]) -> dict[str, Any]:
+        """Everything ``kernel[grid](...)`` takes for ``spec``: its arguments and its key's constants."""
+        constants = self._key_constants(spec.key)
+        misplaced = spec.kwargs.keys() & (constants.keys() | self._constexpr_names)
+        if misplaced:
+            raise TypeError(f"{self.name}: the LaunchSpec passes {sorted(misplaced)}; constexprs and launch "
+                            f"options come from constants(key)")
+        return {**spec.kwargs, **constants}
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
         """Launch through the key's binary directly when it fits, else through Triton.
@@ -223,9 +244,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             launch = None if direct is None else self._remember(key, direct)
         if launch is not None and launch(spec.kwargs, spec.grid):
             return
+        kwargs = self.triton_kwargs(spec)
         active_launch.kernel, active_launch.key = self, key
         try:
-            binary = self.kernel.run(grid=spec.grid, warmup=False, **spec.kwargs)
+            binary = self.kernel.run(grid=spec.grid, warmup=False, **kwargs)
         finally:
             active_launch.kernel = active_launch.key = None
         if binary is not None and key not in self._direct_launches:
@@ -237,6 +259,25 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._direct_launches.clear()
         self._recent_launches.clear()
 
+    def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
+        constants = self._constants.get(key)
+        if constants is None:
+            constants = self.constants(key)
+            runtime = constants.keys() & (set(self.kernel.arg_names) - self._constexpr_names)
+            if runtime:
+                raise TypeError(f"{self.name}: constants({key_name(key)}) gives {sorted(runtime)}, which are not "
+                                f"constexprs: the LaunchSpec passes them")
+            self._constants[key] = constants
+        return constants
+
+    @functools.cached_property
+    def _constexpr_names(self) -> frozenset[str]:
+        params = getattr(self.kernel, "params", None)
+        if params is not None:
+            return frozenset(param.name for param in params if param.is_constexpr)
+        parameters = inspect.signature(self.kernel.fn).parameters  # the interpreter's functions have no params
+        return frozenset(name for name, param in parameters.items() if "constexpr" in str(param.annotation))
+
     def _remember(self, key: CompileKeyT, direct: DirectLaunch) -> Callable[[dict, tuple], bool]:
         if len(self._recent_launches) >= 4096:  # keys dispatch's cache dropped would pile up
             self._recent_launches.clear()
@@ -245,7 +286,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
         if settings.current().direct_launch and not interpreting():
-            self._direct_launches[spec.key] = build_direct_launch(self.kernel, spec, binary)
+            self._direct_launches[spec.key] = build_direct_launch(
+                self.kernel, spec, self._key_constants(spec.key), binary
+            )
 
     def compile(self, key: CompileKeyT) -> Any:
         """Compile ``key`` through the launch path; nothing runs. None when interpreting."""
@@ -254,11 +297,12 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             raise WarmupMismatch(
                 f"{self.name}: warmup_inputs({key_name(key)}) dispatches to {key_name(spec.key)}"
             )
+        kwargs = self.triton_kwargs(spec)
         if interpreting():
             return None
         active_launch.kernel, active_launch.key = self, key
         try:
-            binary = self.kernel.warmup(grid=(1,), **spec.kwargs)
+            binary = self.kernel.warmup(grid=(1,), **kwargs)
         finally:
             active_launch.kernel = active_launch.key = None
         if not _compiling_only():
@@ -301,8 +345,9 @@ _INT_CLASSES = {
 }
 
 
-def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> DirectLaunch | None:
-    """The direct launch of ``binary``, built for ``spec``'s specialisation.
+def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
+                        binary: Any) -> DirectLaunch | None:
+    """The direct launch of ``binary``, built for ``spec``'s arguments and its key's ``constants``.
 
     None when an argument is of a kind the generated checks do not cover (tuples, tensor
     descriptors, a default left out, a backend with its own specialisation rules): that
@@ -320,6 +365,10 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
             and backend_class.get_int_specialization is BaseBackend.get_int_specialization
             and backend_class.get_tensor_specialization is BaseBackend.get_tensor_specialization):
         return None
+    kwargs = spec.kwargs
+    constexprs = {param.name for param in jit_function.params if param.is_constexpr}
+    if not set(jit_function.arg_names) <= kwargs.keys() | constants.keys() or constexprs & kwargs.keys():
+        return None  # a default stands in, or a constexpr varies per launch: Triton's path decides
     runtime = triton.knobs.runtime
     binary._init_handles()  # load onto the GPU now, not on the first request
     run, run_options = _launcher(binary.run)
@@ -332,23 +381,20 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
         "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
     }
     on_cuda = active.get_active_torch_device().type == "cuda"
-    kwargs = spec.kwargs
-    if not set(jit_function.arg_names) <= kwargs.keys():  # a default stands in: leave it to Triton
-        return None
-    options = {name: value for name, value in kwargs.items() if name not in jit_function.arg_names}
-    constexprs = [kwargs[param.name] for param in jit_function.params if param.is_constexpr]
-    if any(type(value) not in (type(None), bool, int, float, str) for value in [*options.values(), *constexprs]):
-        return None
+    unchanged_globals = []  # Triton refuses to launch once a global the kernel read has changed:
+    for j, ((name, _), (_value, globals_dict)) in enumerate(jit_function.used_global_vals.items()):
+        namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
+        unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
     loads, checks, values, launch_args = [], [], [], []
-    fixed: dict[str, Any] = {}  # constexprs and options: checked together, in one comparison
     for i, param in enumerate(jit_function.params):
+        if param.name in constants:  # a constexpr: fixed by the key, passed as it is
+            namespace[f"c{i}"] = constants[param.name]
+            values.append(f"c{i}")
+            launch_args.append(f"c{i}")
+            continue
         arg, value = f"a{i}", kwargs[param.name]
         loads.append(f"{arg} = kwargs[{param.name!r}]")
         values.append(arg)
-        if param.is_constexpr:
-            _fix(fixed, checks, arg, value, f"{param.name}: constexpr")
-            launch_args.append(arg)
-            continue
         specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
         try:
             kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
@@ -359,17 +405,10 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, binary: Any) -> Dir
             return None
         checks += [f"# {param.name}: {(kind, key)!r}", *lines]
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
-    for j, (name, value) in enumerate(options.items()):
-        loads.append(f"o{j} = kwargs[{name!r}]")
-        _fix(fixed, checks, f"o{j}", value, f"option {name}")
-    if fixed:
-        namespace["FIXED_VALUES"], namespace["FIXED_TYPES"] = tuple(fixed.values()), tuple(map(type, fixed.values()))
-        checks.append(f"if ({', '.join(f'type({arg})' for arg in fixed)},) != FIXED_TYPES or "  # types first:
-                      f"({', '.join(fixed)},) != FIXED_VALUES: return False")  # == on any object may raise
     source = "\n".join([
         "def launch(kwargs, grid):",
         f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or RUNTIME.debug is not DEBUG",
-        "            or PRE_RUN_HOOKS or get_device() != DEVICE):",
+        f"            or PRE_RUN_HOOKS or get_device() != DEVICE{''.join(unchanged_globals)}):",
         "        return False",
         "    try:",
         *(f"        {line}" for line in loads),
@@ -428,17 +467,6 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
     if kind in ("u1", "fp32"):
         return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
     return None
-
-
-def _fix(fixed: dict[str, Any], checks: list[str], arg: str, value: Any, what: str) -> None:
-    """Note that ``arg`` must be ``value`` (of the same type: Triton names a binary by the
-    text of its values, so 1 is not True); floats, whose text tells 0.0 from -0.0, are
-    checked on their own."""
-    checks.append(f"# {what} {value!r}")
-    if isinstance(value, float):
-        checks.append(f"if not ({_same(arg, value)}): return False")
-    else:
-        fixed[arg] = value
 
 
 def _same(arg: str, value: Any) -> str:

@@ -83,7 +83,7 @@ def triton_lookup_key(kernel: TritonJitKernel, spec: LaunchSpec) -> str:
     from triton.runtime.jit import compute_cache_key
 
     jit_function = kernel.kernel
-    kwargs = dict(spec.kwargs)
+    kwargs = kernel.triton_kwargs(spec)
     kwargs["debug"] = kwargs.get("debug", jit_function.debug) or triton.knobs.runtime.debug
     kwargs["instrumentation_mode"] = triton.knobs.compilation.instrumentation_mode
     kernel_cache, key_cache, _target, _backend, binder = jit_function.device_caches[driver.active.get_current_device()]

@@ -15,7 +15,8 @@ spec = kernel.launch_spec(x, y, out, 2.0)
 direct = kernel._direct_launches[spec.key]
 print(direct.source)
 binder = kernel.kernel.device_caches[driver.active.get_current_device()][4]
-bound, specialization, _ = binder(**spec.kwargs)
+triton_kwargs = kernel.triton_kwargs(spec)
+bound, specialization, _ = binder(**triton_kwargs)
 args = tuple(bound.values())
 pointer_args = tuple(arg.data_ptr() if isinstance(arg, torch.Tensor) else arg for arg in args)
 binary = direct.binary
@@ -26,7 +27,7 @@ parts = {
     "launch_spec(...)": lambda: kernel.launch_spec(x, y, out, 2.0),
     "kernel.launch(spec)": lambda: kernel.launch(spec),
     "direct.launch(kwargs, grid)": lambda: direct.launch(spec.kwargs, spec.grid),
-    "Triton's binder(**kwargs)": lambda: binder(**spec.kwargs),
+    "Triton's binder(**kwargs)": lambda: binder(**triton_kwargs),
     "driver.active.get_current_device()": lambda: driver.active.get_current_device(),
     "torch._C._cuda_getDevice()": torch._C._cuda_getDevice,
     "driver.active.get_current_stream(0)": lambda: driver.active.get_current_stream(0),
@@ -42,7 +43,7 @@ parts = {
     "C launch function (int pointers)": lambda: binary.run.launch(
         4, 1, 1, stream, binary.function, binary.run.launch_cooperative_grid, binary.run.launch_pdl, None, None,
         binary.packed_metadata, None, None, None, *pointer_args),
-    "triton kernel[grid]": lambda: kernel.kernel[spec.grid](**spec.kwargs),
+    "triton kernel[grid]": lambda: kernel.kernel[spec.grid](**triton_kwargs),
 }
 for name, part in parts.items():
     torch.cuda.synchronize()

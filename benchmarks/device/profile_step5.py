@@ -33,15 +33,16 @@ for label, bench in (("prefill 256K", lambda t: bench_prefill(256 * 1024, t, dev
     except Exception:
         pass  # the baseline part needs real timings; the launches are captured by then
     for kernel, spec in captured["launches"]:
-        register_caps = [spec.kwargs.get("maxnreg")]
+        launch_kwargs = kernel.triton_kwargs(spec)
+        register_caps = [launch_kwargs.get("maxnreg")]
         if kernel.name in ("step5.prefill_summary", "step5.update_decode"):
             register_caps += [cap for cap in (None, 96, 128, 168, 200, 255) if cap != register_caps[0]]
         for warps in (1, 2, 4, 8):
             for cap in register_caps if warps == 1 else register_caps[:1]:
-                kwargs = dict(spec.kwargs, num_warps=warps, maxnreg=cap)
+                kwargs = dict(launch_kwargs, num_warps=warps, maxnreg=cap)
                 launch = lambda: kernel.kernel[spec.grid](**kwargs)  # noqa: E731
                 launch()
                 graph_us = timer(launch)
-                default = warps == spec.kwargs.get("num_warps", 4) and cap == spec.kwargs.get("maxnreg")
+                default = warps == launch_kwargs.get("num_warps", 4) and cap == launch_kwargs.get("maxnreg")
                 print(f"{label:14} {kernel.name:28} grid {spec.grid[0]:>7} warps {warps} maxnreg {str(cap):>4}"
                       f"  {graph_us:8.2f} us{'  (key default)' if default else ''}")

@@ -83,15 +83,18 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
             alpha=1.5, block_size=key.block_size,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(
+            BLOCK_SIZE=key.block_size,
+            enable_fp_fusion=False,  # alpha * x + y rounded twice, as PyTorch computes it
+        )
+
     @kernel_launcher
     def __call__(self, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
         n_elements = x.numel()
         return LaunchSpec(
             grid=(triton.cdiv(n_elements, block_size),),
-            kwargs=dict(
-                X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements, BLOCK_SIZE=block_size,
-                enable_fp_fusion=False,  # alpha * x + y rounded twice, as PyTorch computes it
-            ),
+            kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements),
             key=self.dispatch(
                 dtype=x.dtype, n_elements=n_elements, block_size=block_size,
                 x_aligned=is_aligned(x), y_aligned=is_aligned(y), out_aligned=is_aligned(out),

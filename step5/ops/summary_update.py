@@ -223,6 +223,10 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
             ring=_ring_stand_in(key.aligned), capacity=key.ring_capacity,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
+                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG)
+
     @kernel_launcher
     def __call__(self, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         block_size = mean.shape[1] * 8
@@ -232,8 +236,6 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
                 Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
                 positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
-                BLOCK_SIZE=block_size, RING_CAPACITY=capacity, num_warps=_NUM_WARPS, enable_fp_fusion=False,
-                maxnreg=_DECODE_MAXNREG,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,
@@ -321,6 +323,9 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
             query_start_loc=_index(key.query_start_loc_dtype), groups=_index("int32", (16, 3)),
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(BLOCK=_GROUP_BUILD_TOKENS, num_warps=4)
+
     @kernel_launcher
     def __call__(self, slots, positions, owners, query_start_loc, groups) -> LaunchSpec:
         n_tokens = slots.shape[0]
@@ -331,7 +336,6 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
                 Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
                 n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
                 positions_stride=positions.stride(0),
-                BLOCK=_GROUP_BUILD_TOKENS, num_warps=4,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, owners_dtype=owners.dtype,
@@ -454,6 +458,10 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
             ring=_ring_stand_in(key.aligned), capacity=key.ring_capacity,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
+                    enable_fp_fusion=False, maxnreg=_PREFILL_MAXNREG)
+
     @kernel_launcher
     def __call__(self, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         block_size = mean.shape[1] * 8
@@ -464,8 +472,6 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
                 Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
                 positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
-                BLOCK_SIZE=block_size, RING_CAPACITY=capacity, num_warps=_NUM_WARPS, enable_fp_fusion=False,
-                maxnreg=_PREFILL_MAXNREG,
             ),
             key=self.dispatch(
                 positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, mean_stride0=mean.stride(0),
@@ -534,6 +540,9 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
         return dict(key=k, z=z, metadata=_index("int32", (16, 3)), ring_slots=_index(key.ring_slots_dtype),
                     ring=_ring_stand_in(key.aligned))
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(num_warps=key.num_warps)
+
     @kernel_launcher
     def __call__(self, key, z, metadata, ring_slots, ring) -> LaunchSpec:
         n_groups, requests = prefill_metadata_layout(ring_slots.shape[0], metadata.shape[0])
@@ -542,7 +551,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
             kwargs=dict(
                 Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
-                n_groups=n_groups, num_warps=1,
+                n_groups=n_groups,
             ),
             key=self.dispatch(ring_slots_dtype=ring_slots.dtype, **_row_key_fields(key, z, ring)),
         )
@@ -667,6 +676,10 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
             capacity=key.ring_capacity,
         )
 
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, Q=key.query_len,
+                    num_warps=_NUM_WARPS, enable_fp_fusion=False)
+
     @kernel_launcher
     def __call__(self, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         block_size = mean.shape[1] * 8
@@ -678,8 +691,6 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
                 Key=key, Z=z, Slots=slots, QueryStartLoc=query_start_loc, SeqLens=seq_lens, RingBase=ring_base,
                 Mean=mean, Ring=ring, key_stride0=key.stride(0), key_stride2=key.stride(2),
                 z_stride0=z.stride(0), z_stride2=z.stride(2), n_tokens=slots.shape[0], mean_stride0=mean.stride(0),
-                BLOCK_SIZE=block_size, RING_CAPACITY=capacity, Q=query_len, num_warps=_NUM_WARPS,
-                enable_fp_fusion=False,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, query_start_loc_dtype=query_start_loc.dtype, seq_lens_dtype=seq_lens.dtype,

@@ -93,7 +93,7 @@ def test_pdl_is_in_the_key_and_runs_under_the_interpreter():
     with_pdl = kernel.launch_spec(**inputs, launch_pdl=True)
     without = kernel.launch_spec(**inputs)
     assert with_pdl.key.launch_pdl and not without.key.launch_pdl
-    assert with_pdl.kwargs["launch_pdl"] is True
+    assert kernel.triton_kwargs(with_pdl)["launch_pdl"] is True
     expected_full = full.clone()
     save_partial_states_ref(**{**inputs, "state_cache": expected_full[:, :4, :32]})
     kernel(**inputs, launch_pdl=True)  # launch options must not break the interpreter

@@ -115,14 +115,52 @@ def test_what_no_key_pins_is_checked_on_every_direct_launch(monkeypatch):
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
     direct = KERNEL._direct_launches[spec.key]
     assert direct.launch(spec.kwargs, spec.grid)
-    assert not direct.launch(dict(spec.kwargs, num_warps=8), spec.grid)  # a launch option
-    assert not direct.launch({**spec.kwargs, "BLOCK_SIZE": 512}, spec.grid)  # a constexpr
     assert not direct.launch({**spec.kwargs, "alpha": 1}, spec.grid)  # an int where the binary has a float
+    assert not direct.launch(dict(spec.kwargs, num_warps=8), spec.grid)  # anything more: Triton's path decides
     with monkeypatch.context() as patch:
         patch.setattr(triton.knobs.runtime, "debug", True)
         assert not direct.launch(spec.kwargs, spec.grid)  # Triton would build a debug binary
     with dry_run_gpu("cuda:90"):  # another driver
         assert not direct.launch(spec.kwargs, spec.grid)
+
+
+def test_constexprs_and_options_come_from_the_key_alone():
+    """A LaunchSpec carrying a constexpr or a launch option, or constants carrying a runtime
+    argument, is refused on Triton's path, before anything compiles or runs."""
+    x, y = inputs(100)
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    assert KERNEL.triton_kwargs(spec) == {**spec.kwargs, "BLOCK_SIZE": 1024, "enable_fp_fusion": False}
+    for extra in ({"BLOCK_SIZE": 1024}, {"enable_fp_fusion": False}):
+        with pytest.raises(TypeError, match="constexprs and launch options come from constants"):
+            KERNEL.launch(dataclasses.replace(spec, kwargs={**spec.kwargs, **extra}))
+
+    class Leaky(AxpyKernel):
+        def constants(self, key):
+            return dict(super().constants(key), n_elements=100)
+
+    with pytest.raises(TypeError, match=r"gives \['n_elements'\], which are not constexprs"):
+        Leaky().triton_kwargs(spec)
+
+
+_SCALE = tl.constexpr(2.0)
+
+
+@triton.jit
+def _scaled_kernel(Out, BLOCK: tl.constexpr):
+    tl.store(Out + tl.arange(0, BLOCK), tl.full((BLOCK,), _SCALE, tl.float32))
+
+
+def test_a_global_the_kernel_read_that_changed_sends_the_launch_to_triton(monkeypatch):
+    """Triton refuses to launch a binary once a global it was built with has changed."""
+    out = torch.empty(16)
+    spec = LaunchSpec((1,), {"Out": out}, None)
+    _scaled_kernel[(1,)](out, BLOCK=16)  # compiles, which records the global
+    direct = build_direct_launch(_scaled_kernel, spec, {"BLOCK": 16}, StubBinary())
+    assert direct.launch(spec.kwargs, spec.grid)
+    monkeypatch.setitem(globals(), "_SCALE", tl.constexpr(3.0))
+    assert not direct.launch(spec.kwargs, spec.grid)
+    with pytest.raises(RuntimeError, match="Global variable _SCALE has changed"):
+        _scaled_kernel[(1,)](out, BLOCK=16)
 
 
 def test_direct_launch_can_be_turned_off():
@@ -223,27 +261,24 @@ def _near(value):
 @hypothesis_settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_the_checks_accept_exactly_the_calls_triton_specialises_as_the_binary(data):
-    """Calls one argument (or the launch options) away from the one a binary was built for
-    are accepted exactly when Triton would take that binary."""
-    names = _probe_kernel.arg_names
-    reference = {name: data.draw(_SUPPORTED, label=name) for name in names[:-1]}
-    reference["BLOCK"] = data.draw(st.one_of(_SCALARS, st.text(max_size=2)), label="BLOCK")
-    reference.update(data.draw(_OPTIONS, label="options"))
-    binary = triton_binary(reference)
-    direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), reference, None), StubBinary())
+    """Calls one argument away from the one a binary was built for are accepted exactly
+    when Triton would take that binary."""
+    names = _probe_kernel.arg_names[:-1]  # BLOCK, the constexpr, comes with the options from the key
+    reference = {name: data.draw(_SUPPORTED, label=name) for name in names}
+    constants = {"BLOCK": data.draw(st.one_of(_SCALARS, st.text(max_size=2)), label="BLOCK")}
+    constants.update(data.draw(_OPTIONS, label="options"))
+    binary = triton_binary({**reference, **constants})
+    direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), reference, None), constants, StubBinary())
     assert (direct is None) == (binary is None)  # left to Triton: only what Triton refuses
     assume(direct is not None)
     assert direct.launch(reference, (1,))
-    changed = data.draw(st.sampled_from([*names, "options"]), label="changed")
-    if changed == "options":
-        probe = {name: reference[name] for name in names} | data.draw(_OPTIONS, label="probe options")
-    else:
-        value = st.one_of(_near(reference[changed]), _SUPPORTED, _OTHERS)
-        probe = dict(reference, **{changed: data.draw(value, label=f"probe {changed}")})
+    changed = data.draw(st.sampled_from(names), label="changed")
+    value = st.one_of(_near(reference[changed]), _SUPPORTED, _OTHERS)
+    probe = dict(reference, **{changed: data.draw(value, label=f"probe {changed}")})
     accepted = direct.launch(probe, (1,))
     event(f"accepted={accepted}")
     if all(type(value) in _SUPPORTED_TYPES for value in probe.values()):
-        assert accepted == (triton_binary(probe) == binary)
+        assert accepted == (triton_binary({**probe, **constants}) == binary)
     else:
         assert not accepted  # stand-ins, tuples: Triton's path decides
 
@@ -252,16 +287,17 @@ def test_integer_checks_agree_with_triton_on_each_side_of_every_boundary():
     """Every value around Triton's integer classes, divisibility and 1, against every other,
     for an argument specialised as usual (n), not at all (count) and not on divisibility (Loose)."""
     values = sorted({sign * edge + k for edge in _EDGES for sign in (1, -1) for k in (-17, -16, -1, 0, 1, 16, 17)})
-    others = dict(Ptr=0, Loose=0, n=0, count=0, scale=0.0, flag=False, maybe=None, BLOCK=0)
+    others, constants = dict(Ptr=0, Loose=0, n=0, count=0, scale=0.0, flag=False, maybe=None), dict(BLOCK=0)
     for name in ("n", "count", "Loose"):
         for reference in values:
             kwargs = dict(others, **{name: reference})
-            binary = triton_binary(kwargs)
-            direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), kwargs, None), StubBinary())
+            binary = triton_binary({**kwargs, **constants})
+            direct = build_direct_launch(_probe_kernel, LaunchSpec((1,), kwargs, None), constants, StubBinary())
             assert (direct is None) == (binary is None), (name, reference)
             for value in values if direct is not None else ():
                 probe = dict(others, **{name: value})
-                assert direct.launch(probe, (1,)) == (triton_binary(probe) == binary), (name, reference, value)
+                accepted = triton_binary({**probe, **constants}) == binary
+                assert direct.launch(probe, (1,)) == accepted, (name, reference, value)
 
 
 def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
@@ -278,10 +314,10 @@ def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
     binary.run = launcher
     x, y = inputs(100)
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    direct = build_direct_launch(KERNEL.kernel, spec, binary)
+    direct = build_direct_launch(KERNEL.kernel, spec, KERNEL.constants(spec.key), binary)
     assert "FUNCTION,\n        False, True, None, None, PACKED" in direct.source  # the C function, called directly
     assert direct.launch(spec.kwargs, spec.grid)
-    arguments = [spec.kwargs[name] for name in KERNEL.kernel.arg_names]
+    arguments = [KERNEL.triton_kwargs(spec)[name] for name in KERNEL.kernel.arg_names]
     pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in arguments]
     launcher(*spec.grid, 1, 1, 0, binary.function, binary.packed_metadata, None, None, None, *pointers)
     assert len(calls) == 2 and calls[0] == calls[1]
