@@ -107,7 +107,8 @@ class JitKernel(Generic[CompileKeyT]):
         if cls._instance is None:
             cls._instance = super().__new__(cls)
             cls._instance._direct_launches = {}  # compile key -> DirectLaunch or None (TritonJitKernel)
-            cls._instance._recent_launches = {}  # id(key) -> (key, DirectLaunch.launch)
+            cls._instance._launches_by_key_id = {}  # id(key) -> DirectLaunch.launch (TritonJitKernel)
+            cls._instance._keys_by_id = {}  # id(key) -> key, which keeps the ids above taken
             cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
         return cls._instance
 
@@ -193,7 +194,8 @@ def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
     return launch
 
 
-_NOT_RECENT = (None, None)
+def _no_direct_launch(kwargs: dict, grid: tuple) -> bool:
+    return False
 
 
 class TritonJitKernel(JitKernel[CompileKeyT]):
@@ -233,17 +235,18 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
         """Launch through the key's binary directly when it fits, else through Triton.
 
-        ``dispatch`` is memoised, so a key object usually repeats: it is found by its id
-        first (an entry holds the key, so no live object can take over its id), and by
-        its hash, which a frozen dataclass computes field by field, only otherwise.
+        ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
+        found by the key's id first, and by its hash, which a frozen dataclass computes
+        field by field, only otherwise.
         """
+        launch = self._launches_by_key_id.get(id(spec.key))
+        if launch is None:
+            launch = self._direct_launch_of(spec.key)
+        if not launch(spec.kwargs, spec.grid):
+            self._launch_through_triton(spec)
+
+    def _launch_through_triton(self, spec: LaunchSpec[CompileKeyT]) -> None:
         key = spec.key
-        recent_key, launch = self._recent_launches.get(id(key), _NOT_RECENT)
-        if recent_key is not key:
-            direct = self._direct_launches.get(key)
-            launch = None if direct is None else self._remember(key, direct)
-        if launch is not None and launch(spec.kwargs, spec.grid):
-            return
         kwargs = self.triton_kwargs(spec)
         active_launch.kernel, active_launch.key = self, key
         try:
@@ -257,7 +260,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """Drop every binary this process holds for the kernel (tests start clean)."""
         self.kernel.device_caches.clear()
         self._direct_launches.clear()
-        self._recent_launches.clear()
+        self._launches_by_key_id.clear()
+        self._keys_by_id.clear()
 
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
         constants = self._constants.get(key)
@@ -278,11 +282,18 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         parameters = inspect.signature(self.kernel.fn).parameters  # the interpreter's functions have no params
         return frozenset(name for name, param in parameters.items() if "constexpr" in str(param.annotation))
 
-    def _remember(self, key: CompileKeyT, direct: DirectLaunch) -> Callable[[dict, tuple], bool]:
-        if len(self._recent_launches) >= 4096:  # keys dispatch's cache dropped would pile up
-            self._recent_launches.clear()
-        self._recent_launches[id(key)] = (key, direct.launch)
-        return direct.launch
+    def _direct_launch_of(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
+        """The key's direct launch, remembered by the key's id once the key has a binary
+        (the entry holds the key, so no other object can take over its id)."""
+        if key not in self._direct_launches:
+            return _no_direct_launch  # not compiled yet: Triton's path, then ask again
+        direct = self._direct_launches[key]
+        if len(self._launches_by_key_id) >= 4096:  # keys dispatch's cache dropped would pile up
+            self._launches_by_key_id.clear()
+            self._keys_by_id.clear()
+        launch = _no_direct_launch if direct is None else direct.launch
+        self._launches_by_key_id[id(key)], self._keys_by_id[id(key)] = launch, key
+        return launch
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
         if settings.current().direct_launch and not interpreting():
@@ -372,12 +383,14 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
     runtime = triton.knobs.runtime
     binary._init_handles()  # load onto the GPU now, not on the first request
     run, run_options = _launcher(binary.run)
+    get_device = _device_getter(active)
     namespace = {
-        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": _device_getter(active),
-        "get_stream": active.get_current_stream, "RUNTIME": runtime, "DEBUG": runtime.debug,
-        "PRE_RUN_HOOKS": jit_function.pre_run_hooks, "NO_ENTER": type(runtime).launch_enter_hook,
-        "NO_EXIT": type(runtime).launch_exit_hook, "FUNCTION": binary.function,
-        "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
+        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": get_device,
+        "get_stream": active.get_current_stream, "RUNTIME": runtime, "RUNTIME_SET": runtime.__dict__,
+        "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
+        "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
+        "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
+        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
         "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
     }
     on_cuda = active.get_active_torch_device().type == "cuda"
@@ -386,6 +399,7 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
         unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
     loads, checks, values, launch_args = [], [], [], []
+    i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
     for i, param in enumerate(jit_function.params):
         if param.name in constants:  # a constexpr: fixed by the key, passed as it is
             namespace[f"c{i}"] = constants[param.name]
@@ -403,12 +417,20 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         lines = _argument_checks(i, value, (kind, key), specialise and align, on_cuda, namespace)
         if lines is None:
             return None
-        checks += [f"# {param.name}: {(kind, key)!r}", *lines]
+        lines = [f"# {param.name}: {(kind, key)!r}", *lines]
+        if kind == "i32" and (key == "D" and specialise and align or key is None):
+            (multiples_of_16 if key == "D" else unspecialised).append(arg)
+            i32_checks += lines
+        else:
+            checks += lines
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
+    if i32_checks:
+        checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
+    device_check = "" if get_device is None else " or get_device() != DEVICE"
     source = "\n".join([
         "def launch(kwargs, grid):",
-        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or RUNTIME.debug is not DEBUG",
-        f"            or PRE_RUN_HOOKS or get_device() != DEVICE{''.join(unchanged_globals)}):",
+        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}"
+        f"{''.join(unchanged_globals)}):",
         "        return False",
         "    try:",
         *(f"        {line}" for line in loads),
@@ -416,11 +438,14 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         "        return False",
         *(f"    {line}" for line in checks),
         "    stream = get_stream(DEVICE)",
-        "    enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
-        "    if enter is NO_ENTER and exit is NO_EXIT and not (NO_ENTER.calls or NO_EXIT.calls):",
-        "        metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
-        "    else:",
-        f"        metadata = launch_metadata(grid, stream, {', '.join(values)})",
+        "    metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
+        "    if RUNTIME_SET or ENTER_HOOKS or EXIT_HOOKS or RUNTIME_CLASS.debug is not DEBUG:",
+        "        if RUNTIME.debug is not DEBUG:  # a knob set or a hook added: read them as Triton does",
+        "            return False",
+        "        if not (RUNTIME.launch_enter_hook is NO_ENTER and RUNTIME.launch_exit_hook is NO_EXIT",
+        "                and not (ENTER_HOOKS or EXIT_HOOKS)):",
+        "            enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
+        f"            metadata = launch_metadata(grid, stream, {', '.join(values)})",
         "    n = len(grid)",
         "    run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, FUNCTION,",
         f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
@@ -469,6 +494,18 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
     return None
 
 
+def _i32_checks(multiples_of_16: list[str], unspecialised: list[str], exact: list[str]) -> list[str]:
+    """The checks of i32 arguments: one condition for the common case, in which the values
+    are not negative, then the ``exact`` checks of each argument when it fails."""
+    condition = [f"type({arg}) is int" for arg in multiples_of_16 + unspecialised]
+    if multiples_of_16:  # all in [0, 2**31) and multiples of 16
+        condition.append(f"not (m := {' | '.join(multiples_of_16)}) >> 31 and not m & 15")
+    if unspecialised:
+        condition.append(f"not ({' | '.join(unspecialised)}) >> 31")
+    return ["# i32 arguments, together: none negative (else each on its own)",
+            f"if not ({' and '.join(condition)}):", *(f"    {line}" for line in exact)]
+
+
 def _same(arg: str, value: Any) -> str:
     """A condition true when ``arg`` is what Triton takes for the plain ``value``. Triton
     names a binary by the text of its values, so 1 is not True, nor 0.0 -0.0."""
@@ -495,9 +532,10 @@ def _launcher(run: Callable[..., None]) -> tuple[Callable[..., None], tuple]:
     return run, ()
 
 
-def _device_getter(active: Any) -> Callable[[], Any]:
+def _device_getter(active: Any) -> Callable[[], Any] | None:
     """The driver's current-device query; for CUDA, torch's without its lazy-init check
-    (CUDA is initialised once a binary is loaded), which is most of its cost."""
+    (CUDA is initialised once a binary is loaded), which is most of its cost. None when
+    the process sees one CUDA device, which is then always the current one."""
     if getattr(active, "get_current_device", None) is torch.cuda.current_device:
-        return torch._C._cuda_getDevice
+        return None if torch.cuda.device_count() == 1 else torch._C._cuda_getDevice
     return active.get_current_device

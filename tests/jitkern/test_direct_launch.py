@@ -286,7 +286,7 @@ def test_the_checks_accept_exactly_the_calls_triton_specialises_as_the_binary(da
 def test_integer_checks_agree_with_triton_on_each_side_of_every_boundary():
     """Every value around Triton's integer classes, divisibility and 1, against every other,
     for an argument specialised as usual (n), not at all (count) and not on divisibility (Loose)."""
-    values = sorted({sign * edge + k for edge in _EDGES for sign in (1, -1) for k in (-17, -16, -1, 0, 1, 16, 17)})
+    values = sorted({sign * edge + k for edge in _EDGES for sign in (1, -1) for k in (-17, -16, -8, -1, 0, 1, 8, 16, 17)})
     others, constants = dict(Ptr=0, Loose=0, n=0, count=0, scale=0.0, flag=False, maybe=None), dict(BLOCK=0)
     for name in ("n", "count", "Loose"):
         for reference in values:
