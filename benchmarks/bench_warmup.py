@@ -44,7 +44,10 @@ print(f"RESULT {{(loaded - start) * 1e3:.2f}} {{(t1 - t0) * 1e3:.3f}} {{(t2 - t1
 def run(command, cache_dir, **kwargs):
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=python_path, TRITON_INTERPRET="0")
-    return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, check=True, **kwargs)
+    done = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        sys.exit(f"{' '.join(map(str, command))} exited with {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done
 
 
 def compile_all(manifests, target, jobs, cache_dir):
