@@ -100,7 +100,7 @@ class Schedule:
         starts = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
         key, z = random_rows(tokens, "fused")
         self.ring.prepare(requests, firsts, counts, num_tokens=tokens)
-        slots_t, positions_t = torch.tensor(slots), torch.tensor(positions)
+        slots_t, positions_t = torch.tensor(slots, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64)
         groups = build_prefill_groups(slots_t, positions_t, torch.tensor(owners, dtype=torch.int32), starts)
         self.cache.update_prefill(key, z, groups, positions_t, self.ring)
         for index, (request, count) in enumerate(zip(requests, counts)):
@@ -118,7 +118,9 @@ class Schedule:
         slots = [self._slots(r, p, 1)[0] for r, p in zip(requests, firsts)] + [-1] * padding
         key, z = random_rows(len(slots), "contiguous")
         self.ring.prepare(requests, firsts, [1] * len(requests), num_tokens=len(slots))
-        self.cache.update_decode(key, z, torch.tensor(slots), torch.tensor(firsts + [0] * padding), self.ring)
+        slots_t = torch.tensor(slots, dtype=torch.int64)  # maybe empty: a step with no token is valid
+        positions_t = torch.tensor(firsts + [0] * padding, dtype=torch.int64)
+        self.cache.update_decode(key, z, slots_t, positions_t, self.ring)
         for index, request in enumerate(requests):
             self.reference.requests[request].accept(key[index : index + 1, 0], z[index : index + 1, 0])
 
@@ -132,7 +134,7 @@ class Schedule:
         key, z = random_rows(len(slots), "fused")
         self.ring.prepare(requests + [None], firsts + [0], [q] * (len(requests) + 1))
         self.cache.update_verify(
-            key, z, torch.tensor(slots), torch.arange(len(seq_lens) + 1, dtype=torch.int32) * q,
+            key, z, torch.tensor(slots, dtype=torch.int64), torch.arange(len(seq_lens) + 1, dtype=torch.int32) * q,
             torch.tensor(seq_lens, dtype=torch.int32), self.ring,
         )
         for index, request in enumerate(requests):
@@ -203,7 +205,7 @@ def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest,
     with record_launches(dry_run=True) as launches:
         for _ in range(3):
             schedule.arrive()
-        schedule.prompt[0] = 5  # one request decodes from the second step on
+        schedule.prompt[0] = 1  # one request decodes from the second step on, whatever its chunk
         schedule.mixed_step()
         schedule.decode_step()
         if draft_tokens:
