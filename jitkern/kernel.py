@@ -107,8 +107,7 @@ class JitKernel(Generic[CompileKeyT]):
         if cls._instance is None:
             cls._instance = super().__new__(cls)
             cls._instance._direct_launches = {}  # compile key -> DirectLaunch or None (TritonJitKernel)
-            cls._instance._launches_by_key_id = {}  # id(key) -> DirectLaunch.launch (TritonJitKernel)
-            cls._instance._keys_by_id = {}  # id(key) -> key, which keeps the ids above taken
+            cls._instance._launches_by_key_id = {}  # id(key) -> (key, its direct launch) (TritonJitKernel)
             cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
         return cls._instance
 
@@ -198,6 +197,9 @@ def _no_direct_launch(kwargs: dict, grid: tuple) -> bool:
     return False
 
 
+_UNKNOWN = (None, _no_direct_launch)
+
+
 class TritonJitKernel(JitKernel[CompileKeyT]):
     """A ``JitKernel`` owning one ``@triton.jit`` function, set as ``kernel``."""
 
@@ -236,12 +238,13 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """Launch through the key's binary directly when it fits, else through Triton.
 
         ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
-        found by the key's id first, and by its hash, which a frozen dataclass computes
-        field by field, only otherwise.
+        found by the key's id first (an entry holds its key, checked to be this one), and
+        by its hash, which a frozen dataclass computes field by field, only otherwise.
         """
-        launch = self._launches_by_key_id.get(id(spec.key))
-        if launch is None:
-            launch = self._direct_launch_of(spec.key)
+        key = spec.key
+        known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
+        if known_key is not key:
+            launch = self._direct_launch_of(key)
         if not launch(spec.kwargs, spec.grid):
             self._launch_through_triton(spec)
 
@@ -261,7 +264,6 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self.kernel.device_caches.clear()
         self._direct_launches.clear()
         self._launches_by_key_id.clear()
-        self._keys_by_id.clear()
 
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
         constants = self._constants.get(key)
@@ -283,16 +285,14 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return frozenset(name for name, param in parameters.items() if "constexpr" in str(param.annotation))
 
     def _direct_launch_of(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
-        """The key's direct launch, remembered by the key's id once the key has a binary
-        (the entry holds the key, so no other object can take over its id)."""
+        """The key's direct launch, remembered by the key's id once the key has a binary."""
         if key not in self._direct_launches:
             return _no_direct_launch  # not compiled yet: Triton's path, then ask again
         direct = self._direct_launches[key]
         if len(self._launches_by_key_id) >= 4096:  # keys dispatch's cache dropped would pile up
             self._launches_by_key_id.clear()
-            self._keys_by_id.clear()
         launch = _no_direct_launch if direct is None else direct.launch
-        self._launches_by_key_id[id(key)], self._keys_by_id[id(key)] = launch, key
+        self._launches_by_key_id[id(key)] = (key, launch)
         return launch
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
