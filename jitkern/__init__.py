@@ -10,7 +10,8 @@ from jitkern.kernel import (
     key_fields,
     key_name,
 )
-from jitkern.warmup_inputs import TritonWarmupTensor, int_representative, is_aligned
+from jitkern.specialisation import BinaryKey, Layout
+from jitkern.warmup_inputs import TritonWarmupTensor
 
 from jitkern import cache as _cache
 from jitkern import guard as _guard
@@ -19,13 +20,13 @@ _cache.install()
 _guard.install_from_environment()
 
 __all__ = [
+    "BinaryKey",
+    "Layout",
     "JitKernel",
     "LaunchSpec",
     "TritonJitKernel",
     "TritonWarmupTensor",
     "WarmupMismatch",
-    "int_representative",
-    "is_aligned",
     "kernel_launcher",
     "key_fields",
     "key_name",

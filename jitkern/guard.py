@@ -19,8 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from jitkern import hooks, registry, settings
-from jitkern.kernel import active_launch, key_fields, key_name
+from jitkern import hooks, settings
+from jitkern.kernel import active_launch, key_fields
 
 
 class ServeTimeCompile(RuntimeError):
@@ -60,13 +60,17 @@ def install_from_environment() -> None:
 
 
 def describe_miss(fn: Any) -> tuple[str, dict[str, Any] | None]:
-    """What missed, in words, and the manifest entry that would have covered it."""
-    kernel = active_launch.kernel or registry.kernel_of_jit_function(getattr(fn, "jit_function", None))
-    if kernel is None or active_launch.key is None:
+    """What missed, in words, and the manifest entry that would have covered it. When the
+    process holds binaries of the launch's key, but none of its layout, the words say
+    which argument differs and how."""
+    kernel, spec = active_launch.kernel, active_launch.spec
+    if kernel is None or spec is None:
         name = getattr(fn, "name", None) or repr(fn)
         return f"Triton kernel {name} (not launched through a jitkern kernel)", None
-    entry = {"kernel": kernel.name, "keys": [key_fields(active_launch.key)]}
-    return f"{kernel.name}[{key_name(active_launch.key)}]", entry
+    binary = kernel.binary_key(spec)
+    warmed = kernel.warmed_layouts(spec.key)
+    why = f" ({kernel.explain_miss(binary, warmed)})" if warmed else ""
+    return f"{kernel.describe(binary)}{why}", {"kernel": kernel.name, "keys": [key_fields(binary)]}
 
 
 def _on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:

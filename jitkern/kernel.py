@@ -13,17 +13,34 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 import torch
-from triton.runtime.driver import driver as _triton_driver
 
 from jitkern import registry, settings
+from jitkern.direct_launch import build_direct_launch
 from jitkern.settings import interpreting
+from jitkern.warmup_inputs import TritonWarmupTensor
+from jitkern.specialisation import (
+    BinaryKey,
+    Layout,
+    argument_domains,
+    enumerate_layouts,
+    explain_miss,
+    layout_text,
+    name_stand_ins,
+    origins,
+    parse_layout,
+    specialisation,
+    specialising_backend,
+    stand_ins_for,
+)
 
 CompileKeyT = TypeVar("CompileKeyT")
+MAX_LAYOUTS = 1024  # binaries of one compile key a layout domain may give
 
 
 class WarmupMismatch(RuntimeError):
@@ -47,22 +64,26 @@ class LaunchSpec(Generic[CompileKeyT]):
 
 
 class _ActiveLaunch(threading.local):
-    """The kernel and key being launched, so compile hooks can name them."""
+    """The kernel and spec being launched, so compile hooks can name its binary."""
 
-    kernel: "JitKernel | None" = None
-    key: Any = None
+    kernel: "TritonJitKernel | None" = None
+    spec: "LaunchSpec | None" = None
 
 
 active_launch = _ActiveLaunch()
 
 
 def key_name(key: Any) -> str:
-    """A stable, readable name of a compile key: ``head_size=1024,block_size=4``."""
-    return ",".join(f"{f.name}={getattr(key, f.name)}" for f in dataclasses.fields(key))
+    """A stable, readable name of a key: ``head_size=1024,block_size=4`` (a binary key's
+    layout last, when it has one: ``...,layout=Z:*bf16``)."""
+    return ",".join(f"{name}={value}" for name, value in key_fields(key).items())
 
 
 def key_fields(key: Any) -> dict[str, Any]:
-    """The key as plain JSON-friendly values (dtypes become their names)."""
+    """The key as plain JSON-friendly values (dtypes become their names); a binary key's
+    fields are its compile key's, and ``layout`` when it is not the stand-ins' own."""
+    if isinstance(key, BinaryKey):
+        return {**key_fields(key.key), **({"layout": key.layout} if key.layout else {})}
     return {f.name: _plain(getattr(key, f.name)) for f in dataclasses.fields(key)}
 
 
@@ -106,9 +127,11 @@ class JitKernel(Generic[CompileKeyT]):
     def __new__(cls):
         if cls._instance is None:
             cls._instance = super().__new__(cls)
-            cls._instance._direct_launches = {}  # compile key -> DirectLaunch or None (TritonJitKernel)
+            cls._instance._binaries = {}  # compile key -> {layout: DirectLaunch or None} (TritonJitKernel)
+            cls._instance._prepared = set()  # ids of the binaries in _binaries (TritonJitKernel)
             cls._instance._launches_by_key_id = {}  # id(key) -> (key, its direct launch) (TritonJitKernel)
             cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
+            cls._instance._stand_ins = {}  # (compile key, backend) -> stand-in kwargs, their specialisation
         return cls._instance
 
     def dispatch(self, **values: Any) -> CompileKeyT:
@@ -119,13 +142,28 @@ class JitKernel(Generic[CompileKeyT]):
         """Every key a deployment with this config launches."""
         raise NotImplementedError
 
-    def compile(self, key: CompileKeyT) -> Any:
-        """Compile (or load from the cache) the binary of ``key``."""
+    def binary_keys(self, keys: list[CompileKeyT], layout: Layout = Layout()) -> list[BinaryKey]:
+        """Every binary the ``keys`` need for launches inside ``layout``."""
+        return [BinaryKey(key) for key in keys]
+
+    def tensor_dims(self, key: CompileKeyT) -> dict[str, int]:
+        """The tensors a layout may name (``__call__`` arguments), with their dimensions."""
+        return {}
+
+    def check_layout(self, binary: BinaryKey) -> BinaryKey:
+        """``binary`` with its layout in canonical form; ValueError if no launch has it."""
+        if binary.layout:
+            raise ValueError(f"{self.name} has no runtime arguments to lay out")
+        return binary
+
+    def compile(self, key: BinaryKey | CompileKeyT) -> Any:
+        """Compile (or load from the cache) the binary of ``key`` (a compile key alone: the
+        binary of its stand-ins' layout)."""
         raise NotImplementedError
 
-    def warmup(self, **config: Any) -> list[Any]:
-        """Compile every key of ``config``."""
-        return [self.compile(key) for key in self.get_warmup_keys(**config)]
+    def warmup(self, layout: Layout = Layout(), **config: Any) -> list[Any]:
+        """Compile every binary of ``config`` inside ``layout``."""
+        return [self.compile(key) for key in self.binary_keys(self.get_warmup_keys(**config), layout)]
 
     def describe(self, key: CompileKeyT) -> str:
         return f"{self.name}[{key_name(key)}]"
@@ -201,9 +239,26 @@ _UNKNOWN = (None, _no_direct_launch)
 
 
 class TritonJitKernel(JitKernel[CompileKeyT]):
-    """A ``JitKernel`` owning one ``@triton.jit`` function, set as ``kernel``."""
+    """A ``JitKernel`` owning one ``@triton.jit`` function, set as ``kernel``.
+
+    Its ``CompileKey`` names what the kernel decides: constexprs, dtypes, launch options.
+    How Triton specialises the runtime arguments (each tensor's 16-byte alignment, each
+    integer's class) is derived by jitkern (``jitkern.specialisation``): a binary is a
+    ``BinaryKey``, the compile key and that layout. The class attributes below say what
+    jitkern cannot see from the stand-ins.
+    """
 
     kernel: ClassVar[Any]
+    large_ints: ClassVar[bool] = False
+    """Whether a runtime integer (a size, a stride) can reach 2**31. When False, the public
+    function must refuse such launches: they would need i64 binaries."""
+    pinned_by_key: ClassVar[frozenset[str]] = frozenset()
+    """Runtime integers whose value the compile key fixes (a capacity the key names): one
+    class, the stand-ins'. Every other integer that is not a tensor's stride may take any value."""
+    aligned_tensors: ClassVar[frozenset[str]] = frozenset()
+    """Tensors the public function requires 16-byte aligned: a layout cannot list them as unaligned."""
+    contiguous_tensors: ClassVar[frozenset[str]] = frozenset()
+    """Tensors the public function requires contiguous: a layout cannot list them as strided."""
 
     def constants(self, key: CompileKeyT) -> dict[str, Any]:
         """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,
@@ -215,9 +270,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return {}
 
     def warmup_inputs(self, key: CompileKeyT) -> dict[str, Any]:
-        """Keyword arguments for ``__call__`` that make Triton build ``key``'s binary.
+        """Keyword arguments for ``__call__`` that launch with ``key``: any valid launch.
 
-        Tensors are ``TritonWarmupTensor`` stand-ins; nothing is allocated.
+        Tensors are ``TritonWarmupTensor`` stand-ins; nothing is allocated. Their layout is
+        the deployment's usual one (aligned, contiguous): jitkern varies it per layout.
         """
         raise NotImplementedError
 
@@ -234,12 +290,71 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
                             f"options come from constants(key)")
         return {**spec.kwargs, **constants}
 
+    # --- layouts ------------------------------------------------------------------------
+
+    def binary_keys(self, keys: list[CompileKeyT], layout: Layout = Layout()) -> list[BinaryKey]:
+        """Every binary the ``keys`` need for launches inside ``layout``, as Triton specialises them."""
+        binaries = []
+        for key in keys:
+            kwargs, base = self.stand_ins(key)
+            domains = argument_domains(self, kwargs, base, layout)
+            if math.prod(len(domain) for domain in domains.values()) > MAX_LAYOUTS:
+                raise ValueError(f"{self.name}: this layout domain gives more than {MAX_LAYOUTS} binaries of one key; "
+                                 "declare fewer strided or unaligned tensors, or mark arguments do_not_specialize")
+            binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
+        return list(dict.fromkeys(binaries))
+
+    def tensor_dims(self, key: CompileKeyT) -> dict[str, int]:
+        kwargs, _ = self.stand_ins(key)
+        return {value.name: value.ndim for value in kwargs.values() if isinstance(value, TritonWarmupTensor) and value.name}
+
+    def check_layout(self, binary: BinaryKey) -> BinaryKey:
+        kwargs, base = self.stand_ins(binary.key)
+        layout = parse_layout(binary.layout)
+        unknown = sorted(layout.keys() - base.keys())
+        if unknown:
+            raise ValueError(f"{unknown} not among the runtime arguments of {self.name}: {', '.join(base)}")
+        canonical = {name: layout[name] for name in base if name in layout and layout[name] != base[name]}
+        return BinaryKey(binary.key, layout_text(canonical))
+
+    def binary_key(self, spec: LaunchSpec[CompileKeyT]) -> BinaryKey:
+        """The binary a launch needs: its key, and how its arguments differ from the key's stand-ins."""
+        _, base = self.stand_ins(spec.key)
+        launched = specialisation(self.kernel, spec.kwargs)
+        return BinaryKey(spec.key, layout_text({n: text for n, text in launched.items() if text != base.get(n)}))
+
+    def stand_ins(self, key: CompileKeyT) -> tuple[dict[str, Any], dict[str, str]]:
+        """The runtime arguments of ``warmup_inputs(key)`` (its tensors named after their
+        ``__call__`` arguments) and Triton's specialisation of them. ``WarmupMismatch``
+        when they dispatch to another key."""
+        memo = (key, specialising_backend())
+        found = self._stand_ins.get(memo)
+        if found is None:
+            spec = self.launch_spec(**name_stand_ins(self.warmup_inputs(key)))
+            if spec.key != key:
+                raise WarmupMismatch(f"{self.name}: warmup_inputs({key_name(key)}) dispatches to {key_name(spec.key)}")
+            found = self._stand_ins[memo] = (spec.kwargs, specialisation(self.kernel, spec.kwargs))
+        return found
+
+    def warmed_layouts(self, key: CompileKeyT) -> list[str]:
+        """The layouts of ``key`` whose binaries this process holds."""
+        return list(self._binaries.get(key, ()))
+
+    def explain_miss(self, binary: BinaryKey, warmed_layouts: list[str]) -> str:
+        """Why ``binary`` is none of the ``warmed_layouts`` of its key, argument by argument."""
+        kwargs, base = self.stand_ins(binary.key)
+        full = lambda layout: {**base, **parse_layout(layout)}  # noqa: E731
+        return explain_miss(full(binary.layout), [full(layout) for layout in warmed_layouts], origins(kwargs))
+
+    # --- launching ----------------------------------------------------------------------
+
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
-        """Launch through the key's binary directly when it fits, else through Triton.
+        """Launch through a binary of the key directly when one fits, else through Triton.
 
         ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
         found by the key's id first (an entry holds its key, checked to be this one), and
-        by its hash, which a frozen dataclass computes field by field, only otherwise.
+        by its hash, which a frozen dataclass computes field by field, only otherwise. A
+        key with binaries of several layouts tries each; each checks its own layout.
         """
         key = spec.key
         known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
@@ -248,21 +363,25 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if not launch(spec.kwargs, spec.grid):
             self._launch_through_triton(spec)
 
+    def direct_launch(self, spec: LaunchSpec[CompileKeyT]) -> Any:
+        """The ``DirectLaunch`` of the binary ``spec`` needs, if this process prepared one."""
+        return self._binaries.get(spec.key, {}).get(self.binary_key(spec).layout)
+
     def _launch_through_triton(self, spec: LaunchSpec[CompileKeyT]) -> None:
-        key = spec.key
         kwargs = self.triton_kwargs(spec)
-        active_launch.kernel, active_launch.key = self, key
+        active_launch.kernel, active_launch.spec = self, spec
         try:
             binary = self.kernel.run(grid=spec.grid, warmup=False, **kwargs)
         finally:
-            active_launch.kernel = active_launch.key = None
-        if binary is not None and key not in self._direct_launches:
-            self._prepare_direct_launch(spec, binary)
+            active_launch.kernel = active_launch.spec = None
+        if binary is not None and id(binary) not in self._prepared:
+            self._prepare_direct_launch(spec, binary, self.binary_key(spec).layout)
 
     def forget_binaries(self) -> None:
         """Drop every binary this process holds for the kernel (tests start clean)."""
         self.kernel.device_caches.clear()
-        self._direct_launches.clear()
+        self._binaries.clear()
+        self._prepared.clear()
         self._launches_by_key_id.clear()
 
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
@@ -286,39 +405,59 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     def _direct_launch_of(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
         """The key's direct launch, remembered by the key's id once the key has a binary."""
-        if key not in self._direct_launches:
+        binaries = self._binaries.get(key)
+        if binaries is None:
             return _no_direct_launch  # not compiled yet: Triton's path, then ask again
-        direct = self._direct_launches[key]
+        launches = [direct.launch for direct in binaries.values() if direct is not None]
+        launch = _no_direct_launch if not launches else launches[0] if len(launches) == 1 else _first_fitting(launches)
         if len(self._launches_by_key_id) >= 4096:  # keys dispatch's cache dropped would pile up
             self._launches_by_key_id.clear()
-        launch = _no_direct_launch if direct is None else direct.launch
         self._launches_by_key_id[id(key)] = (key, launch)
         return launch
 
-    def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any) -> None:
+    def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any, layout: str) -> None:
+        direct = None
         if settings.current().direct_launch and not interpreting():
-            self._direct_launches[spec.key] = build_direct_launch(
-                self.kernel, spec, self._key_constants(spec.key), binary
-            )
+            direct = build_direct_launch(self.kernel, spec, self._key_constants(spec.key), binary)
+        self._prepared.add(id(binary))
+        self._binaries.setdefault(spec.key, {})[layout] = direct
+        self._launches_by_key_id.clear()  # the key's launches changed
 
-    def compile(self, key: CompileKeyT) -> Any:
-        """Compile ``key`` through the launch path; nothing runs. None when interpreting."""
-        spec = self.launch_spec(**self.warmup_inputs(key))
-        if spec.key != key:
-            raise WarmupMismatch(
-                f"{self.name}: warmup_inputs({key_name(key)}) dispatches to {key_name(spec.key)}"
-            )
+    def compile(self, key: BinaryKey | CompileKeyT) -> Any:
+        """Compile the binary of ``key`` from stand-ins of its layout; nothing runs. None when
+        interpreting. ``WarmupMismatch`` if Triton would specialise them otherwise."""
+        binary_key = key if isinstance(key, BinaryKey) else BinaryKey(key)
+        kwargs, _ = self.stand_ins(binary_key.key)
+        try:
+            spec = LaunchSpec((1,), stand_ins_for(self.kernel, kwargs, parse_layout(binary_key.layout)),
+                              binary_key.key)
+        except ValueError as error:
+            raise WarmupMismatch(f"{self.name}: {error}") from None
+        built = self.binary_key(spec)
+        if parse_layout(built.layout) != parse_layout(binary_key.layout):
+            raise WarmupMismatch(f"{self.name}: stand-ins of layout {binary_key.layout!r} specialise as "
+                                 f"{built.layout!r}")
         kwargs = self.triton_kwargs(spec)
         if interpreting():
             return None
-        active_launch.kernel, active_launch.key = self, key
+        active_launch.kernel, active_launch.spec = self, spec
         try:
             binary = self.kernel.warmup(grid=(1,), **kwargs)
         finally:
-            active_launch.kernel = active_launch.key = None
+            active_launch.kernel = active_launch.spec = None
         if not _compiling_only():
-            self._prepare_direct_launch(spec, binary)
+            self._prepare_direct_launch(spec, binary, binary_key.layout)
         return binary
+
+
+def _first_fitting(launches: list[Callable[[dict, tuple], bool]]) -> Callable[[dict, tuple], bool]:
+    def launch(kwargs: dict, grid: tuple) -> bool:
+        for candidate in launches:
+            if candidate(kwargs, grid):
+                return True
+        return False
+
+    return launch
 
 
 def _compiling_only() -> bool:
@@ -327,215 +466,3 @@ def _compiling_only() -> bool:
     from jitkern.targets import CompileOnlyDriver
 
     return type(driver.active) is CompileOnlyDriver
-
-
-class DirectLaunch:
-    """One key's binary and the launch function generated for it.
-
-    Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
-    key and re-reads its settings on every launch. Here that happens once, on the key's
-    first launch (or warmup): from the specialisation Triton gave each argument, straight-
-    line code is generated (``source``) that checks, per launch, just enough to know that
-    Triton would pick this same binary, then calls the compiled launcher. ``launch(kwargs,
-    grid)`` returns False for a call outside the binary, which then takes Triton's normal
-    path, where the guard sees it. Launches use the current stream, so CUDA graphs capture
-    them; Triton's launch hooks are read per launch and fire as in Triton.
-    """
-
-    __slots__ = ("binary", "launch", "source")
-
-    def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str):
-        self.binary, self.launch, self.source = binary, launch, source
-
-
-# Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
-_INT_CLASSES = {
-    "i32": f"-{2**31} <= {{0}} < {2**31}",
-    "i64": f"-{2**63} <= {{0}} < {2**63} and not -{2**31} <= {{0}} < {2**31}",
-    "u64": f"{2**63} <= {{0}} < {2**64}",
-}
-
-
-def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
-                        binary: Any) -> DirectLaunch | None:
-    """The direct launch of ``binary``, built for ``spec``'s arguments and its key's ``constants``.
-
-    None when an argument is of a kind the generated checks do not cover (tuples, tensor
-    descriptors, a default left out, a backend with its own specialisation rules): that
-    key always takes Triton's path.
-    """
-    import triton
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
-    active = _triton_driver.active
-    device = active.get_current_device()
-    backend = jit_function.device_caches[device][3]
-    backend_class = type(backend)
-    if not (backend_class.supports_native_tensor_specialization
-            and backend_class.get_int_specialization is BaseBackend.get_int_specialization
-            and backend_class.get_tensor_specialization is BaseBackend.get_tensor_specialization):
-        return None
-    kwargs = spec.kwargs
-    constexprs = {param.name for param in jit_function.params if param.is_constexpr}
-    if not set(jit_function.arg_names) <= kwargs.keys() | constants.keys() or constexprs & kwargs.keys():
-        return None  # a default stands in, or a constexpr varies per launch: Triton's path decides
-    runtime = triton.knobs.runtime
-    binary._init_handles()  # load onto the GPU now, not on the first request
-    run, run_options = _launcher(binary.run)
-    get_device = _device_getter(active)
-    namespace = {
-        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": get_device,
-        "get_stream": active.get_current_stream, "RUNTIME": runtime, "RUNTIME_SET": runtime.__dict__,
-        "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
-        "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
-        "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
-        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
-        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
-    }
-    on_cuda = active.get_active_torch_device().type == "cuda"
-    unchanged_globals = []  # Triton refuses to launch once a global the kernel read has changed:
-    for j, ((name, _), (_value, globals_dict)) in enumerate(jit_function.used_global_vals.items()):
-        namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
-        unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
-    loads, checks, values, launch_args = [], [], [], []
-    i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
-    for i, param in enumerate(jit_function.params):
-        if param.name in constants:  # a constexpr: fixed by the key, passed as it is
-            namespace[f"c{i}"] = constants[param.name]
-            values.append(f"c{i}")
-            launch_args.append(f"c{i}")
-            continue
-        arg, value = f"a{i}", kwargs[param.name]
-        loads.append(f"{arg} = kwargs[{param.name!r}]")
-        values.append(arg)
-        specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
-        try:
-            kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
-        except (TypeError, OverflowError):
-            return None
-        lines = _argument_checks(i, value, (kind, key), specialise and align, on_cuda, namespace)
-        if lines is None:
-            return None
-        lines = [f"# {param.name}: {(kind, key)!r}", *lines]
-        if kind == "i32" and (key == "D" and specialise and align or key is None):
-            (multiples_of_16 if key == "D" else unspecialised).append(arg)
-            i32_checks += lines
-        else:
-            checks += lines
-        launch_args.append(f"p{i}" if kind.startswith("*") else arg)
-    if i32_checks:
-        checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
-    device_check = "" if get_device is None else " or get_device() != DEVICE"
-    source = "\n".join([
-        "def launch(kwargs, grid):",
-        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}"
-        f"{''.join(unchanged_globals)}):",
-        "        return False",
-        "    try:",
-        *(f"        {line}" for line in loads),
-        "    except KeyError:",
-        "        return False",
-        *(f"    {line}" for line in checks),
-        "    stream = get_stream(DEVICE)",
-        "    metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
-        "    if RUNTIME_SET or ENTER_HOOKS or EXIT_HOOKS or RUNTIME_CLASS.debug is not DEBUG:",
-        "        if RUNTIME.debug is not DEBUG:  # a knob set or a hook added: read them as Triton does",
-        "            return False",
-        "        if not (RUNTIME.launch_enter_hook is NO_ENTER and RUNTIME.launch_exit_hook is NO_EXIT",
-        "                and not (ENTER_HOOKS or EXIT_HOOKS)):",
-        "            enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
-        f"            metadata = launch_metadata(grid, stream, {', '.join(values)})",
-        "    n = len(grid)",
-        "    run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, FUNCTION,",
-        f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
-        f"{', '.join(launch_args)})",
-        "    return True",
-    ])
-    exec(compile(source, f"<direct launch of {binary.name}>", "exec"), namespace)
-    return DirectLaunch(binary, namespace["launch"], source)
-
-
-def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
-                     namespace: dict[str, Any]) -> list[str] | None:
-    """Lines returning False unless argument ``a{i}`` specialises as ``value`` did (to
-    ``specialisation``, Triton's type and key); None for a kind of argument not covered.
-
-    Mirrors Triton's native rules: a tensor's type is its dtype, its key whether its
-    address is a multiple of 16; an int's type is its class (1 is the constexpr 1) and
-    its key whether it is a multiple of 16; bools and floats are not specialised. A
-    tensor's address ``p{i}`` goes to the launcher as an int, which it takes as is
-    (``is_cuda``, as ``on_cuda`` wants it, stands in for the check the launcher makes on
-    a tensor's address: a CPU tensor's address would run on the GPU).
-    """
-    arg, (kind, key) = f"a{i}", specialisation
-    if not isinstance(kind, str):
-        return None
-    if kind.startswith("*"):
-        if not isinstance(getattr(value, "dtype", None), torch.dtype):
-            return None
-        dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
-        namespace[dtype] = value.dtype
-        condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
-        if divisibility:
-            return [f"if {condition} or {'' if key == 'D' else 'not '}(p{i} := {arg}.data_ptr()) & 15: return False"]
-        return [f"if {condition}: return False", f"p{i} = {arg}.data_ptr()"]
-    if kind in _INT_CLASSES:
-        condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
-        if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1
-            condition += f" and {arg} != 1"
-        if divisibility:
-            condition += f" and {'not ' if key == 'D' else ''}{arg} & 15"
-        return [f"if not ({condition}): return False"]
-    if kind == "constexpr":  # None, or the int 1
-        return [f"if not ({_same(arg, value)}): return False"]
-    if kind in ("u1", "fp32"):
-        return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
-    return None
-
-
-def _i32_checks(multiples_of_16: list[str], unspecialised: list[str], exact: list[str]) -> list[str]:
-    """The checks of i32 arguments: one condition for the common case, in which the values
-    are not negative, then the ``exact`` checks of each argument when it fails."""
-    condition = [f"type({arg}) is int" for arg in multiples_of_16 + unspecialised]
-    if multiples_of_16:  # all in [0, 2**31) and multiples of 16
-        condition.append(f"not (m := {' | '.join(multiples_of_16)}) >> 31 and not m & 15")
-    if unspecialised:
-        condition.append(f"not ({' | '.join(unspecialised)}) >> 31")
-    return ["# i32 arguments, together: none negative (else each on its own)",
-            f"if not ({' and '.join(condition)}):", *(f"    {line}" for line in exact)]
-
-
-def _same(arg: str, value: Any) -> str:
-    """A condition true when ``arg`` is what Triton takes for the plain ``value``. Triton
-    names a binary by the text of its values, so 1 is not True, nor 0.0 -0.0."""
-    if value is None or isinstance(value, bool):
-        return f"{arg} is {value!r}"
-    if isinstance(value, float):
-        return f"type({arg}) is float and repr({arg}) == {repr(value)!r}"
-    return f"type({arg}) is {type(value).__name__} and {arg} == {value!r}"
-
-
-def _launcher(run: Callable[..., None]) -> tuple[Callable[..., None], tuple]:
-    """The compiled launcher to call, and the constants it takes after the function.
-
-    Triton's CUDA launcher is a Python object whose ``__call__`` only allocates scratch
-    memory, when the kernel needs any, and adds two flags of the binary before calling
-    its C launch function. A kernel needing no scratch goes straight to the C function,
-    with those flags and no scratch (None), saving a Python call per launch; any other
-    launcher is called as is.
-    """
-    from triton.backends.nvidia.driver import CudaLauncher
-
-    if type(run) is CudaLauncher and not (run.global_scratch_size or run.profile_scratch_size):
-        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
-    return run, ()
-
-
-def _device_getter(active: Any) -> Callable[[], Any] | None:
-    """The driver's current-device query; for CUDA, torch's without its lazy-init check
-    (CUDA is initialised once a binary is loaded), which is most of its cost. None when
-    the process sees one CUDA device, which is then always the current one."""
-    if getattr(active, "get_current_device", None) is torch.cuda.current_device:
-        return None if torch.cuda.device_count() == 1 else torch._C._cuda_getDevice
-    return active.get_current_device

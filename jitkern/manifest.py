@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jitkern import registry
 from jitkern.kernel import JitKernel
+from jitkern.specialisation import BinaryKey, Layout
 from jitkern.targets import parse_target
 
 FORMAT_VERSION = 1
@@ -41,6 +42,23 @@ class ManifestError(ValueError):
     """A manifest that cannot be used; the message names the file and the field."""
 
 
+class LayoutDomain(BaseModel):
+    """The argument layouts a deployment passes, by the kernels' tensor argument names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    unaligned: list[str] = Field(
+        default_factory=list,
+        description="tensors that may start at any element offset (a slice of a wider tensor), "
+                    "not only at a multiple of 16 bytes",
+    )
+    strided: list[str] = Field(
+        default_factory=list,
+        description="tensors whose strides take any value ('z'), or one dimension's stride ('z.0'); "
+                    "the others are contiguous",
+    )
+
+
 class KernelEntry(BaseModel):
     """One kernel of a deployment: its registry name and its warmup config."""
 
@@ -53,7 +71,10 @@ class KernelEntry(BaseModel):
     keys: list[dict[str, Any]] | None = Field(
         default=None,
         min_length=1,
-        description="explicit compile keys (field -> value), e.g. from a guard record file",
+        description="explicit binary keys (field -> value, and 'layout'), e.g. from a guard record file",
+    )
+    layout: LayoutDomain | None = Field(
+        default=None, description="layouts this kernel is launched with, besides the manifest's layout"
     )
 
 
@@ -67,6 +88,9 @@ class Manifest(BaseModel):
     description: str = ""
     targets: list[str] = Field(min_length=1, description="GPU targets, e.g. cuda:90")
     modules: list[str] = Field(default_factory=list, description="modules that define the kernels")
+    layout: LayoutDomain | None = Field(
+        default=None, description="layouts of the deployment's tensors, for every kernel that has them"
+    )
     kernels: list[KernelEntry] = Field(min_length=1)
 
     @pydantic.field_validator("targets")
@@ -110,9 +134,11 @@ def load_manifest(path: str | Path) -> LoadedManifest:
     for index, module in enumerate(manifest.modules):
         _import_module(f"{path}: modules[{index}]", module)
     entries, combinations = [], 0
+    shared = manifest.layout or LayoutDomain()
     for index, kernel_entry in enumerate(manifest.kernels):
-        entries.append(_resolve(path, index, kernel_entry, budget=MAX_COMBINATIONS - combinations))
+        entries.append(_resolve(path, index, kernel_entry, shared, budget=MAX_COMBINATIONS - combinations))
         combinations += _combinations(entries[-1].config)
+    _check_shared_layout(path, shared, entries)
     return LoadedManifest(path=path, manifest=manifest, entries=tuple(entries))
 
 
@@ -164,8 +190,8 @@ def _import_module(where: str, module: str) -> None:
         raise ManifestError(f"{where}: cannot import {error.name!r}: {error}") from None
 
 
-def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[Any]]:
-    """Kernel name -> every key the manifests enumerate, duplicates dropped, order kept."""
+def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[BinaryKey]]:
+    """Kernel name -> every binary key the manifests enumerate, duplicates dropped, order kept."""
     keys: dict[str, dict[Any, None]] = {}
     for loaded in manifests:
         for entry in loaded.entries:
@@ -173,7 +199,7 @@ def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[Any]]:
     return {name: list(found) for name, found in keys.items()}
 
 
-def _resolve(path: Path, index: int, entry: KernelEntry, budget: int) -> ResolvedEntry:
+def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, budget: int) -> ResolvedEntry:
     where = f"{path}: kernels[{index}]"
     try:
         kernel = registry.get_kernel(entry.kernel)
@@ -181,6 +207,8 @@ def _resolve(path: Path, index: int, entry: KernelEntry, budget: int) -> Resolve
         raise ManifestError(f"{where}.kernel: {error}") from None
     if (entry.config is None) == (entry.keys is None):
         raise ManifestError(f"{where}: give exactly one of 'config' (for get_warmup_keys) or 'keys'")
+    if entry.keys is not None and entry.layout is not None:
+        raise ManifestError(f"{where}.layout: explicit keys carry their own layout; give 'layout' with 'config'")
     if entry.keys is not None:
         keys = [_explicit_key(path, index, position, kernel, values) for position, values in enumerate(entry.keys)]
         return ResolvedEntry(index, kernel, None, tuple(keys))
@@ -201,7 +229,59 @@ def _resolve(path: Path, index: int, entry: KernelEntry, budget: int) -> Resolve
         raise ManifestError(f"{where}.config: {entry.kernel} rejects it: {type(error).__name__}: {error}") from error
     if not keys:
         raise ManifestError(f"{where}.config: {entry.kernel} enumerates no keys for this config")
-    return ResolvedEntry(index, kernel, config, tuple(dict.fromkeys(keys)))
+    layout = _kernel_layout(where, kernel, keys[0], entry.layout or LayoutDomain(), shared)
+    try:
+        binaries = kernel.binary_keys(keys, layout)
+    except ValueError as error:
+        raise ManifestError(f"{where}.layout: {error}") from None
+    return ResolvedEntry(index, kernel, config, tuple(binaries))
+
+
+def _kernel_layout(where: str, kernel: JitKernel, key: Any, own: LayoutDomain, shared: LayoutDomain) -> Layout:
+    """The kernel's layout domain: its entry's, with the manifest's for the tensors it has.
+    A name the entry gives must be a tensor of the kernel that its public function
+    accepts so laid out; one name the manifest gives, of any kernel that has it."""
+    tensors = kernel.tensor_dims(key)
+    refused = {"unaligned": getattr(kernel, "aligned_tensors", ()), "strided": getattr(kernel, "contiguous_tensors", ())}
+    requirement = {"unaligned": "16-byte aligned", "strided": "contiguous"}
+    chosen: dict[str, set[str]] = {"unaligned": set(), "strided": set()}
+    for field, names in (("unaligned", own.unaligned), ("strided", own.strided)):
+        for position, name in enumerate(names):
+            tensor, dim = _layout_name(name, field)
+            if tensor not in tensors or (dim is not None and dim >= tensors[tensor]):
+                known = ", ".join(sorted(tensors)) or "none"
+                raise ManifestError(f"{where}.layout.{field}[{position}]: {kernel.name} has no tensor {name!r} "
+                                    f"(its tensors: {known})")
+            chosen[field].add(name)
+    for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
+        chosen[field].update(name for name in names if _layout_name(name, field)[0] in tensors)
+    for field, names in chosen.items():
+        for name in sorted(names):
+            if _layout_name(name, field)[0] in refused[field]:
+                raise ManifestError(f"{where}: layout.{field} lists {name!r}, which {kernel.name} cannot serve: "
+                                    f"its public function requires {name!r} {requirement[field]}")
+    return Layout(unaligned=frozenset(chosen["unaligned"]), strided=frozenset(chosen["strided"]))
+
+
+def _layout_name(name: str, field: str) -> tuple[str, int | None]:
+    """``"z"`` -> ("z", None); ``"z.0"`` -> ("z", 0) where a dimension may be named (strides)."""
+    tensor, dot, dim = name.partition(".")
+    if dot and field == "strided" and dim.isdigit():
+        return tensor, int(dim)
+    return name, None
+
+
+def _check_shared_layout(path: Path, shared: LayoutDomain, entries: list[ResolvedEntry]) -> None:
+    """Each tensor the manifest's layout names is a tensor of one of its kernels at least."""
+    tensors = set()
+    for entry in entries:
+        if entry.config is not None:
+            tensors |= set(entry.kernel.tensor_dims(entry.keys[0].key))
+    for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
+        for position, name in enumerate(names):
+            if _layout_name(name, field)[0] not in tensors:
+                raise ManifestError(f"{path}: layout.{field}[{position}]: no kernel of this manifest has a tensor "
+                                    f"{name!r} (tensors: {', '.join(sorted(tensors)) or 'none'})")
 
 
 def _combinations(config: dict[str, Any] | None) -> int:
@@ -211,17 +291,27 @@ def _combinations(config: dict[str, Any] | None) -> int:
     return math.prod(len(value) for value in config.values() if isinstance(value, list))
 
 
-def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, values: dict[str, Any]) -> Any:
-    """One ``keys`` item as a CompileKey, its fields checked against their types first
-    (a list value would make an unhashable key, a string block size a key that never matches)."""
+def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, values: dict[str, Any]) -> BinaryKey:
+    """One ``keys`` item as a BinaryKey, its fields checked against their types first
+    (a list value would make an unhashable key, a string block size a key that never
+    matches), its layout against the kernel's runtime arguments."""
+    where = f"{path}: kernels[{index}].keys[{position}]"
+    values = dict(values)
+    layout = values.pop("layout", "")
     try:
         fields = _key_model(kernel.CompileKey).model_validate(values).model_dump()
     except pydantic.ValidationError as error:
         raise ManifestError(_describe(path, error, prefix=("kernels", index, "keys", position))) from None
     try:
-        return kernel.CompileKey(**fields)
+        key = kernel.CompileKey(**fields)
     except (TypeError, ValueError) as error:  # a key's own __post_init__ checks
-        raise ManifestError(f"{path}: kernels[{index}].keys[{position}]: {error}") from None
+        raise ManifestError(f"{where}: {error}") from None
+    if not isinstance(layout, str):
+        raise ManifestError(f"{where}.layout: expected a string such as 'Z:*bf16 n:i32'")
+    try:
+        return kernel.check_layout(BinaryKey(key, layout))
+    except ValueError as error:
+        raise ManifestError(f"{where}.layout: {error}") from None
 
 
 @functools.cache

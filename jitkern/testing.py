@@ -7,6 +7,8 @@
   with the keys a manifest enumerates.
 - ``uncovered_by_warmup()`` checks the same at Triton's level: the binary a real launch
   would look up is one warmup built.
+- ``check_coverage()`` draws launches from a deployment's layout domain (hypothesis) and
+  checks each the same way (``jitkern.coverage``).
 - ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
   nothing (for testing hooks and launch paths in CI).
 
@@ -20,8 +22,13 @@ from typing import Any, Iterator
 
 from jitkern import hooks
 from jitkern.guard import describe_miss
+from jitkern.coverage import check_coverage
 from jitkern.kernel import LaunchSpec, TritonJitKernel
+from jitkern.specialisation import BinaryKey
 from jitkern.targets import CompileOnlyDriver
+
+__all__ = ["assert_no_compile", "check_coverage", "dry_run_gpu", "missing_from", "record_launches",
+           "triton_lookup_key", "uncovered_by_warmup"]
 
 
 class UnexpectedCompile(AssertionError):
@@ -69,11 +76,22 @@ def record_launches(dry_run: bool = False) -> Iterator[list[tuple[TritonJitKerne
         TritonJitKernel.launch = launch
 
 
-def missing_from(launches, keys_by_kernel: dict[str, list[Any]]) -> list[str]:
-    """Launches whose key no manifest enumerates, described for an assertion message."""
+def missing_from(launches, keys_by_kernel: dict[str, list[BinaryKey]]) -> list[str]:
+    """Launches whose binary key no manifest enumerates, described for an assertion message."""
     known = {name: set(keys) for name, keys in keys_by_kernel.items()}
-    missing = [kernel.describe(spec.key) for kernel, spec in launches if spec.key not in known.get(kernel.name, ())]
+    missing = []
+    for kernel, spec in launches:
+        binary = kernel.binary_key(spec)
+        if binary not in known.get(kernel.name, ()):
+            missing.append(_describe_miss(kernel, binary, keys_by_kernel.get(kernel.name, ())))
     return list(dict.fromkeys(missing))
+
+
+def _describe_miss(kernel: TritonJitKernel, binary: BinaryKey, warmed: Any) -> str:
+    """The binary, and why it is not among the ``warmed`` binary keys."""
+    layouts = [key.layout for key in warmed if key.key == binary.key]
+    why = kernel.explain_miss(binary, layouts) if layouts else "its compile key was not warmed"
+    return f"{kernel.describe(binary)}: {why}"
 
 
 def triton_lookup_key(kernel: TritonJitKernel, spec: LaunchSpec) -> str:
@@ -91,8 +109,9 @@ def triton_lookup_key(kernel: TritonJitKernel, spec: LaunchSpec) -> str:
     return compute_cache_key(key_cache, specialization, options)
 
 
-def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[Any]]) -> list[str]:
-    """Launches whose Triton binary is not among those that warming the keys built.
+def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[BinaryKey]]) -> list[str]:
+    """Launches whose Triton binary is not among those that warming the keys built, each
+    with the argument that differs from the warmed binaries of its compile key.
 
     Compiles every key of each launched kernel (use under ``compile_only(target)``),
     then asks Triton which binary each recorded launch would look up.
@@ -111,7 +130,8 @@ def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[Any]]) -> list[
             warmed[kernel.name] = set(jit_function.device_caches[device][0])
         lookup_key = triton_lookup_key(kernel, spec)
         if lookup_key not in warmed[kernel.name]:
-            uncovered.append(f"{kernel.describe(spec.key)} with Triton key {lookup_key}")
+            miss = _describe_miss(kernel, kernel.binary_key(spec), keys_by_kernel.get(kernel.name, ()))
+            uncovered.append(f"{miss} (Triton key {lookup_key})")
     return list(dict.fromkeys(uncovered))
 
 

@@ -1,8 +1,8 @@
-"""Compile-only stand-ins: values that Triton specialises exactly like real ones.
+"""Compile-only stand-ins: tensors that Triton specialises exactly like real ones.
 
-Triton picks a binary from each tensor argument's dtype and whether its address is a
-multiple of 16, and from each integer argument's type (i32 / i64 / u64) and whether it
-equals 1 or is a multiple of 16. The stand-ins here carry exactly that, and no memory.
+Triton's binder reads a tensor argument's dtype and address (whether it is a multiple of
+16) and nothing else; a stand-in carries those, a shape and strides for ``__call__`` to
+read, and no memory. ``jitkern.specialisation`` varies them per layout.
 """
 
 from __future__ import annotations
@@ -26,20 +26,31 @@ class TritonWarmupTensor:
         shape: Sequence[int] = (1,),
         strides: Sequence[int] | None = None,
         aligned: bool = True,
+        name: str | None = None,
     ):
         self.dtype = dtype
         self.shape = torch.Size(shape)
-        self._strides = tuple(strides) if strides is not None else _contiguous_strides(self.shape)
+        self._strides = tuple(strides) if strides is not None else contiguous_strides(self.shape)
         if len(self._strides) != len(self.shape):
             raise ValueError(f"strides {self._strides} do not match shape {tuple(self.shape)}")
         self.aligned = aligned
+        self.name = name
         self.device = torch.device("meta")
+
+    def named(self, name: str) -> "TritonWarmupTensor":
+        """This stand-in as the ``__call__`` argument ``name``: its strides then say whose they are."""
+        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name)
 
     def data_ptr(self) -> int:
         return 0 if self.aligned else _UNALIGNED_ADDRESS
 
     def stride(self, dim: int | None = None):
-        return self._strides if dim is None else self._strides[dim]
+        if dim is None:
+            return tuple(self.stride(d) for d in range(len(self._strides)))
+        if self.name is None:
+            return self._strides[dim]
+        dim = dim % len(self._strides)
+        return TracedStride(self._strides[dim], self.name, dim)
 
     def dim(self) -> int:
         return len(self.shape)
@@ -62,38 +73,22 @@ class TritonWarmupTensor:
         return f"TritonWarmupTensor({self.dtype}, shape={tuple(self.shape)}, strides={self._strides}, {alignment})"
 
 
-def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+class TracedStride(int):
+    """A named stand-in's stride: an int that remembers its tensor and dimension, so
+    that jitkern can tell which runtime argument of a ``LaunchSpec`` it became."""
+
+    tensor: str
+    dim: int
+
+    def __new__(cls, value: int, tensor: str, dim: int):
+        traced = super().__new__(cls, value)
+        traced.tensor, traced.dim = tensor, dim
+        return traced
+
+
+def contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     strides, step = [], 1
     for size in reversed(shape):
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
-
-
-_I32 = range(-(2**31), 2**31)
-_I64_BASE, _U64_BASE = 2**32, 2**63
-
-
-def int_representative(value: int) -> int:
-    """The representative of ``value``'s Triton specialisation class.
-
-    Triton 3.6 treats an integer argument as a constant when it equals 1, and otherwise
-    compiles one binary per (type, divisible by 16) pair, the type being i32, i64 or u64
-    by range. Two integers with the same representative share a binary.
-    """
-    value = int(value)
-    if value == 1:
-        return 1
-    divisible = value % 16 == 0
-    if value in _I32:
-        base = 0
-    elif value < _U64_BASE:
-        base = _I64_BASE
-    else:
-        base = _U64_BASE
-    return base + (16 if divisible else 17)
-
-
-def is_aligned(tensor) -> bool:
-    """Whether Triton will treat the tensor's address as 16-byte aligned."""
-    return tensor.data_ptr() % 16 == 0

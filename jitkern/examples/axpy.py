@@ -1,7 +1,9 @@
 """``out = alpha * x + y``: the smallest complete jitkern kernel.
 
 It shows every piece a kernel needs (key, dispatch, warmup keys, stand-in inputs,
-launcher, public function) and gives the CLI and tests something real to compile.
+launcher, public function) and gives the CLI and tests something real to compile. Its
+key names only what the kernel decides (dtype, block size): which of x, y and out are
+16-byte aligned, and the class of ``n_elements``, jitkern derives from Triton.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern import kernel_launcher, keys
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -35,53 +37,23 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
     kernel = _axpy_kernel
 
     @dataclass(frozen=True)
-    class CompileKey:
+    class CompileKey:  # what the kernel decides; jitkern adds how Triton specialises x, y, out and n_elements
         dtype: str
         block_size: int
-        n_elements: int  # representative of Triton's integer class (1, 16, 17, ...)
-        x_aligned: bool  # Triton specialises each pointer on 16-byte alignment
-        y_aligned: bool
-        out_aligned: bool
 
-    def dispatch(
-        self, *, dtype: torch.dtype, n_elements: int, block_size: int, x_aligned: bool, y_aligned: bool,
-        out_aligned: bool
-    ) -> CompileKey:
-        return self.CompileKey(
-            dtype=str(dtype).removeprefix("torch."),
-            block_size=block_size,
-            n_elements=int_representative(n_elements),
-            x_aligned=x_aligned,
-            y_aligned=y_aligned,
-            out_aligned=out_aligned,
-        )
+    def dispatch(self, *, dtype: torch.dtype, block_size: int) -> CompileKey:
+        return self.CompileKey(dtype=str(dtype).removeprefix("torch."), block_size=block_size)
 
-    def get_warmup_keys(
-        self, *, dtypes: list[str], block_sizes: list[int] = [1024], unaligned: bool = False  # noqa: B006
-    ) -> list[CompileKey]:
-        """The three integer classes of ``n_elements`` real sizes fall in (1, i32 by 16, other i32);
-        with ``unaligned``, every mix of aligned and unaligned views too."""
+    def get_warmup_keys(self, *, dtypes: list[str], block_sizes: list[int] = [1024]) -> list[CompileKey]:  # noqa: B006
         unknown = sorted(set(dtypes) - set(_DTYPES))
         if unknown:
             raise ValueError(f"dtypes: {unknown} not supported; use {sorted(_DTYPES)}")
-        rows = keys.product(
-            dtype=[_DTYPES[name] for name in dtypes],
-            block_size=block_sizes,
-            n_elements=[1, 16, 17],
-            x_aligned=[True, False] if unaligned else [True],
-            y_aligned=[True, False] if unaligned else [True],
-            out_aligned=[True, False] if unaligned else [True],
-        )
+        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes], block_size=block_sizes)
         return keys.unique_keys(self.dispatch, rows)
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        def stand_in(aligned: bool) -> TritonWarmupTensor:
-            return TritonWarmupTensor(_DTYPES[key.dtype], shape=(key.n_elements,), aligned=aligned)
-
-        return dict(
-            x=stand_in(key.x_aligned), y=stand_in(key.y_aligned), out=stand_in(key.out_aligned),
-            alpha=1.5, block_size=key.block_size,
-        )
+        stand_in = TritonWarmupTensor(_DTYPES[key.dtype], shape=(key.block_size,))
+        return dict(x=stand_in, y=stand_in, out=stand_in, alpha=1.5, block_size=key.block_size)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(
@@ -95,10 +67,7 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
         return LaunchSpec(
             grid=(triton.cdiv(n_elements, block_size),),
             kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements),
-            key=self.dispatch(
-                dtype=x.dtype, n_elements=n_elements, block_size=block_size,
-                x_aligned=is_aligned(x), y_aligned=is_aligned(y), out_aligned=is_aligned(out),
-            ),
+            key=self.dispatch(dtype=x.dtype, block_size=block_size),
             result=out,
         )
 
@@ -122,6 +91,8 @@ def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | Non
     for name, tensor in (("x", x), ("y", y), ("out", out)):
         if not tensor.is_contiguous():
             raise ValueError(f"{name}: must be contiguous")
+    if x.numel() >= 2**31:  # offsets are i32 in the kernel (and n_elements an i32 binary)
+        raise ValueError(f"x: {x.numel()} elements; at most 2**31 - 1")
     if x.numel():
         AxpyKernel()(x, y, out, alpha)
     return out

@@ -1,0 +1,175 @@
+"""The coverage checker: launches drawn from a layout domain all hit a warmed binary.
+
+``check_coverage(kernel, config, layout)`` draws launches with hypothesis from what a
+deployment declares, and asserts at Triton's level, for each one, that the binary
+Triton would look up is one that warming ``config`` inside ``layout`` builds. It
+checks jitkern's derivation of layouts against Triton itself, for any kernel.
+
+A drawn launch is a set of stand-in tensors (``TritonWarmupTensor``): Triton's binder
+reads a tensor's dtype and address and nothing else, so stand-ins reach every address,
+stride and size (2**31 elements too) with no memory behind them. For every key of the
+config, each tensor of the key's stand-ins is drawn on its own:
+
+- its address at any element offset where the layout lists it as ``unaligned``, else
+  at any multiple of 16 bytes;
+- its strides, where the layout lists them as ``strided``, from 0, 1, 15, 16, 17, odd,
+  even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
+  contiguous if its stand-in is, or as its stand-in;
+- the size of every dimension that does not change the key (found by trying two
+  sizes): 0, 1, 15, 16, 17, others, and up to 2**31 - 1 elements in all (beyond with
+  ``large_ints``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from jitkern.kernel import TritonJitKernel, WarmupMismatch
+from jitkern.specialisation import BinaryKey, Layout, parse_layout, stand_ins_for
+from jitkern.warmup_inputs import TritonWarmupTensor, contiguous_strides
+
+I32_LIMIT = 2**31
+_BOUNDARY_SIZES = [0, 1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 1000, 4096, I32_LIMIT - 1, I32_LIMIT - 16]
+_BOUNDARY_STRIDES = [0, 1, 2, 3, 15, 16, 17, 256, 257, 768, 4095, 4096, I32_LIMIT - 1, I32_LIMIT - 16]
+_LARGE = [I32_LIMIT, I32_LIMIT + 16, 2**33 + 1, 2**40]
+
+
+class DrawnTensor(TritonWarmupTensor):
+    """A stand-in at a given address."""
+
+    def __init__(self, dtype: torch.dtype, shape, strides, address: int):
+        super().__init__(dtype, shape, strides)
+        self.address = address
+
+    def data_ptr(self) -> int:
+        return self.address
+
+    def __repr__(self) -> str:
+        return f"DrawnTensor({self.dtype}, shape={tuple(self.shape)}, strides={self.stride()}, address={self.address})"
+
+
+@dataclass(frozen=True)
+class _TensorPlan:
+    """How to draw one tensor argument of a key's launch."""
+
+    stand_in: TritonWarmupTensor
+    free_dims: tuple[int, ...]
+    strided_dims: tuple[int, ...]
+    any_offset: bool
+    contiguous: bool
+
+
+def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None, layout: Layout | dict = Layout(),
+                   *, keys: list[Any] | None = None, warmed: list[BinaryKey] | None = None, target: str = "cuda:90",
+                   max_examples: int = 100) -> int:
+    """Assert that every launch drawn from ``layout`` (a ``Layout`` or a manifest's
+    ``{"unaligned": [...], "strided": [...]}``) for the keys of ``config`` (or ``keys``)
+    looks up a binary that warming them builds (or that warming the binary keys
+    ``warmed`` builds, e.g. a manifest's). Compiles nothing: a binary warmup builds is
+    named by the key Triton's binder gives its stand-ins. Returns how many launches
+    were checked."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+
+    from jitkern.targets import compile_only, parse_target
+    from jitkern.testing import triton_lookup_key
+
+    layout = layout if isinstance(layout, Layout) else Layout(**{k: frozenset(v) for k, v in layout.items()})
+    semantic = list(keys) if keys is not None else kernel.get_warmup_keys(**(config or {}))
+    binaries = kernel.binary_keys(semantic, layout) if warmed is None else list(warmed)
+    checked = []
+    with compile_only(parse_target(target)):
+        lookup_keys = {_warmed_lookup_key(kernel, binary) for binary in binaries}
+        plans = [(key, _plan(kernel, key, layout)) for key in semantic]
+
+        @settings(max_examples=max_examples, deadline=None, database=None, derandomize=False,
+                  suppress_health_check=list(HealthCheck))
+        @given(st.data())
+        def a_drawn_launch_hits_a_warmed_binary(data):
+            key, plan = data.draw(st.sampled_from(plans), label="key")
+            inputs = {name: _draw_tensor(data, name, part, kernel.large_ints) if isinstance(part, _TensorPlan)
+                      else part for name, part in plan.items()}
+            spec = kernel.launch_spec(**inputs)
+            assume(spec.key == key)
+            checked.append(1)
+            if triton_lookup_key(kernel, spec) not in lookup_keys:
+                binary = kernel.binary_key(spec)
+                layouts = [warm.layout for warm in binaries if warm.key == key]
+                raise AssertionError(f"{kernel.describe(binary)} misses every warmed binary: "
+                                     f"{kernel.explain_miss(binary, layouts)}")
+
+        a_drawn_launch_hits_a_warmed_binary()
+    return len(checked)
+
+
+def _warmed_lookup_key(kernel: TritonJitKernel, binary: BinaryKey) -> str:
+    """The key under which Triton files the binary ``kernel.compile(binary)`` builds."""
+    from jitkern.kernel import LaunchSpec
+    from jitkern.testing import triton_lookup_key
+
+    kwargs, _ = kernel.stand_ins(binary.key)
+    return triton_lookup_key(kernel, LaunchSpec((1,), stand_ins_for(kernel.kernel, kwargs, parse_layout(binary.layout)),
+                                                binary.key))
+
+
+def _plan(kernel: TritonJitKernel, key: Any, layout: Layout) -> dict[str, Any]:
+    """The key's ``warmup_inputs``, each stand-in tensor replaced by how to draw it."""
+    inputs = kernel.warmup_inputs(key)
+    plan = dict(inputs)
+    for name, value in inputs.items():
+        if not isinstance(value, TritonWarmupTensor):
+            continue
+        free = tuple(dim for dim in range(value.ndim) if _keeps_key(kernel, key, inputs, name, dim))
+        strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
+        contiguous = tuple(value.stride()) == contiguous_strides(value.shape)
+        plan[name] = _TensorPlan(value, free, strided, layout.allows_unaligned(name), contiguous)
+    if not any(isinstance(part, _TensorPlan) for part in plan.values()):
+        raise WarmupMismatch(f"{kernel.name}: warmup_inputs gives no tensor stand-ins to draw from")
+    return plan
+
+
+def _keeps_key(kernel: TritonJitKernel, key: Any, inputs: dict[str, Any], name: str, dim: int) -> bool:
+    """Whether the size of ``inputs[name]``'s dimension ``dim`` is free: two other sizes
+    still launch with ``key``."""
+    stand_in = inputs[name]
+    for size in (17, 32):
+        shape = list(stand_in.shape)
+        shape[dim] = size
+        resized = TritonWarmupTensor(stand_in.dtype, shape, stand_in.stride(), stand_in.aligned)
+        try:
+            if kernel.launch_spec(**{**inputs, name: resized}).key != key:
+                return False
+        except Exception:  # __call__ cannot take that size at all
+            return False
+    return True
+
+
+def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool) -> DrawnTensor:
+    from hypothesis import assume
+    from hypothesis import strategies as st
+
+    stand_in = plan.stand_in
+    limit = 2**48 if large else I32_LIMIT
+    sizes = st.sampled_from(_BOUNDARY_SIZES + (_LARGE if large else [])) | st.integers(0, 300)
+    shape = [data.draw(sizes, label=f"{name}.shape[{dim}]") if dim in plan.free_dims else size
+             for dim, size in enumerate(stand_in.shape)]
+    assume(_numel(shape) < limit)
+    strides = list(contiguous_strides(shape) if plan.contiguous else stand_in.stride())
+    stride_values = st.sampled_from(_BOUNDARY_STRIDES + (_LARGE if large else [])) | st.integers(0, limit - 1)
+    for dim in plan.strided_dims:
+        strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim})")
+    assume(all(stride < limit for stride in strides))
+    element = stand_in.dtype.itemsize
+    offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else 0
+    address = 16 * data.draw(st.integers(1, 2**36), label=f"{name} address / 16") + offset
+    return DrawnTensor(stand_in.dtype, shape, strides, address)
+
+
+def _numel(shape) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total

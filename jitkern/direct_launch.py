@@ -1,0 +1,230 @@
+"""The direct launch: a warmed binary launched without Triton's per-call binding.
+
+Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
+key and re-reads its settings on every launch. Here that happens once per binary: from
+the specialisation Triton gave each argument, straight-line code is generated that
+checks, per launch, just enough to know that Triton would pick this same binary, then
+calls the compiled launcher.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from triton.runtime.driver import driver as _triton_driver
+
+if TYPE_CHECKING:
+    from jitkern.kernel import LaunchSpec
+
+
+class DirectLaunch:
+    """One key's binary and the launch function generated for it.
+
+    Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
+    key and re-reads its settings on every launch. Here that happens once, on the key's
+    first launch (or warmup): from the specialisation Triton gave each argument, straight-
+    line code is generated (``source``) that checks, per launch, just enough to know that
+    Triton would pick this same binary, then calls the compiled launcher. ``launch(kwargs,
+    grid)`` returns False for a call outside the binary, which then takes Triton's normal
+    path, where the guard sees it. Launches use the current stream, so CUDA graphs capture
+    them; Triton's launch hooks are read per launch and fire as in Triton.
+    """
+
+    __slots__ = ("binary", "launch", "source")
+
+    def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str):
+        self.binary, self.launch, self.source = binary, launch, source
+
+
+# Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
+_INT_CLASSES = {
+    "i32": f"-{2**31} <= {{0}} < {2**31}",
+    "i64": f"-{2**63} <= {{0}} < {2**63} and not -{2**31} <= {{0}} < {2**31}",
+    "u64": f"{2**63} <= {{0}} < {2**64}",
+}
+
+
+def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
+                        binary: Any) -> DirectLaunch | None:
+    """The direct launch of ``binary``, built for ``spec``'s arguments and its key's ``constants``.
+
+    None when an argument is of a kind the generated checks do not cover (tuples, tensor
+    descriptors, a default left out, a backend with its own specialisation rules): that
+    key always takes Triton's path.
+    """
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    active = _triton_driver.active
+    device = active.get_current_device()
+    backend = jit_function.device_caches[device][3]
+    backend_class = type(backend)
+    if not (backend_class.supports_native_tensor_specialization
+            and backend_class.get_int_specialization is BaseBackend.get_int_specialization
+            and backend_class.get_tensor_specialization is BaseBackend.get_tensor_specialization):
+        return None
+    kwargs = spec.kwargs
+    constexprs = {param.name for param in jit_function.params if param.is_constexpr}
+    if not set(jit_function.arg_names) <= kwargs.keys() | constants.keys() or constexprs & kwargs.keys():
+        return None  # a default stands in, or a constexpr varies per launch: Triton's path decides
+    runtime = triton.knobs.runtime
+    binary._init_handles()  # load onto the GPU now, not on the first request
+    run, run_options = _launcher(binary.run)
+    get_device = _device_getter(active)
+    namespace = {
+        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": get_device,
+        "get_stream": active.get_current_stream, "RUNTIME": runtime, "RUNTIME_SET": runtime.__dict__,
+        "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
+        "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
+        "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
+        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
+        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
+    }
+    on_cuda = active.get_active_torch_device().type == "cuda"
+    unchanged_globals = []  # Triton refuses to launch once a global the kernel read has changed:
+    for j, ((name, _), (_value, globals_dict)) in enumerate(jit_function.used_global_vals.items()):
+        namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
+        unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
+    loads, checks, values, launch_args = [], [], [], []
+    i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
+    for i, param in enumerate(jit_function.params):
+        if param.name in constants:  # a constexpr: fixed by the key, passed as it is
+            namespace[f"c{i}"] = constants[param.name]
+            values.append(f"c{i}")
+            launch_args.append(f"c{i}")
+            continue
+        arg, value = f"a{i}", kwargs[param.name]
+        loads.append(f"{arg} = kwargs[{param.name!r}]")
+        values.append(arg)
+        specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
+        try:
+            kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
+        except (TypeError, OverflowError):
+            return None
+        lines = _argument_checks(i, value, (kind, key), specialise and align, on_cuda, namespace)
+        if lines is None:
+            return None
+        lines = [f"# {param.name}: {(kind, key)!r}", *lines]
+        if kind == "i32" and (key == "D" and specialise and align or key is None):
+            (multiples_of_16 if key == "D" else unspecialised).append(arg)
+            i32_checks += lines
+        else:
+            checks += lines
+        launch_args.append(f"p{i}" if kind.startswith("*") else arg)
+    if i32_checks:
+        checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
+    device_check = "" if get_device is None else " or get_device() != DEVICE"
+    source = "\n".join([
+        "def launch(kwargs, grid):",
+        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}"
+        f"{''.join(unchanged_globals)}):",
+        "        return False",
+        "    try:",
+        *(f"        {line}" for line in loads),
+        "    except KeyError:",
+        "        return False",
+        *(f"    {line}" for line in checks),
+        "    stream = get_stream(DEVICE)",
+        "    metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
+        "    if RUNTIME_SET or ENTER_HOOKS or EXIT_HOOKS or RUNTIME_CLASS.debug is not DEBUG:",
+        "        if RUNTIME.debug is not DEBUG:  # a knob set or a hook added: read them as Triton does",
+        "            return False",
+        "        if not (RUNTIME.launch_enter_hook is NO_ENTER and RUNTIME.launch_exit_hook is NO_EXIT",
+        "                and not (ENTER_HOOKS or EXIT_HOOKS)):",
+        "            enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
+        f"            metadata = launch_metadata(grid, stream, {', '.join(values)})",
+        "    n = len(grid)",
+        "    run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, FUNCTION,",
+        f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
+        f"{', '.join(launch_args)})",
+        "    return True",
+    ])
+    exec(compile(source, f"<direct launch of {binary.name}>", "exec"), namespace)
+    return DirectLaunch(binary, namespace["launch"], source)
+
+
+def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
+                     namespace: dict[str, Any]) -> list[str] | None:
+    """Lines returning False unless argument ``a{i}`` specialises as ``value`` did (to
+    ``specialisation``, Triton's type and key); None for a kind of argument not covered.
+
+    Mirrors Triton's native rules: a tensor's type is its dtype, its key whether its
+    address is a multiple of 16; an int's type is its class (1 is the constexpr 1) and
+    its key whether it is a multiple of 16; bools and floats are not specialised. A
+    tensor's address ``p{i}`` goes to the launcher as an int, which it takes as is
+    (``is_cuda``, as ``on_cuda`` wants it, stands in for the check the launcher makes on
+    a tensor's address: a CPU tensor's address would run on the GPU).
+    """
+    arg, (kind, key) = f"a{i}", specialisation
+    if not isinstance(kind, str):
+        return None
+    if kind.startswith("*"):
+        if not isinstance(getattr(value, "dtype", None), torch.dtype):
+            return None
+        dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
+        namespace[dtype] = value.dtype
+        condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
+        if divisibility:
+            return [f"if {condition} or {'' if key == 'D' else 'not '}(p{i} := {arg}.data_ptr()) & 15: return False"]
+        return [f"if {condition}: return False", f"p{i} = {arg}.data_ptr()"]
+    if kind in _INT_CLASSES:
+        condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
+        if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1
+            condition += f" and {arg} != 1"
+        if divisibility:
+            condition += f" and {'not ' if key == 'D' else ''}{arg} & 15"
+        return [f"if not ({condition}): return False"]
+    if kind == "constexpr":  # None, or the int 1
+        return [f"if not ({_same(arg, value)}): return False"]
+    if kind in ("u1", "fp32"):
+        return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
+    return None
+
+
+def _i32_checks(multiples_of_16: list[str], unspecialised: list[str], exact: list[str]) -> list[str]:
+    """The checks of i32 arguments: one condition for the common case, in which the values
+    are not negative, then the ``exact`` checks of each argument when it fails."""
+    condition = [f"type({arg}) is int" for arg in multiples_of_16 + unspecialised]
+    if multiples_of_16:  # all in [0, 2**31) and multiples of 16
+        condition.append(f"not (m := {' | '.join(multiples_of_16)}) >> 31 and not m & 15")
+    if unspecialised:
+        condition.append(f"not ({' | '.join(unspecialised)}) >> 31")
+    return ["# i32 arguments, together: none negative (else each on its own)",
+            f"if not ({' and '.join(condition)}):", *(f"    {line}" for line in exact)]
+
+
+def _same(arg: str, value: Any) -> str:
+    """A condition true when ``arg`` is what Triton takes for the plain ``value``. Triton
+    names a binary by the text of its values, so 1 is not True, nor 0.0 -0.0."""
+    if value is None or isinstance(value, bool):
+        return f"{arg} is {value!r}"
+    if isinstance(value, float):
+        return f"type({arg}) is float and repr({arg}) == {repr(value)!r}"
+    return f"type({arg}) is {type(value).__name__} and {arg} == {value!r}"
+
+
+def _launcher(run: Callable[..., None]) -> tuple[Callable[..., None], tuple]:
+    """The compiled launcher to call, and the constants it takes after the function.
+
+    Triton's CUDA launcher is a Python object whose ``__call__`` only allocates scratch
+    memory, when the kernel needs any, and adds two flags of the binary before calling
+    its C launch function. A kernel needing no scratch goes straight to the C function,
+    with those flags and no scratch (None), saving a Python call per launch; any other
+    launcher is called as is.
+    """
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    if type(run) is CudaLauncher and not (run.global_scratch_size or run.profile_scratch_size):
+        return run.launch, (run.launch_cooperative_grid, run.launch_pdl, None, None)
+    return run, ()
+
+
+def _device_getter(active: Any) -> Callable[[], Any] | None:
+    """The driver's current-device query; for CUDA, torch's without its lazy-init check
+    (CUDA is initialised once a binary is loaded), which is most of its cost. None when
+    the process sees one CUDA device, which is then always the current one."""
+    if getattr(active, "get_current_device", None) is torch.cuda.current_device:
+        return None if torch.cuda.device_count() == 1 else torch._C._cuda_getDevice
+    return active.get_current_device
