@@ -417,9 +417,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any, layout: str) -> None:
         direct = None
-        if settings.current().direct_launch and not interpreting():
+        if settings.current().direct_launch and not interpreting():  # else prepared on a later launch
             direct = build_direct_launch(self.kernel, spec, self._key_constants(spec.key), binary)
-        self._prepared.add(id(binary))
+            self._prepared.add(id(binary))
         self._binaries.setdefault(spec.key, {})[layout] = direct
         self._launches_by_key_id.clear()  # the key's launches changed
 

@@ -11,9 +11,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from triton.runtime.driver import driver
 
-from jitkern import LaunchSpec, TritonWarmupTensor, guard, settings
+from jitkern import LaunchSpec, Layout, TritonWarmupTensor, guard, settings
 from jitkern.examples.axpy import AxpyKernel, axpy
-from jitkern.kernel import build_direct_launch
+from jitkern.direct_launch import build_direct_launch
 from jitkern.testing import dry_run_gpu, record_launches, triton_lookup_key
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
@@ -33,7 +33,8 @@ def triton_runs(monkeypatch, kernel):
 
 
 def test_direct_launch_uses_the_binary_the_normal_path_would():
-    for key in KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"], unaligned=True):
+    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
+    for key in KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), every_offset):
         KERNEL.compile(key)
     with record_launches() as launches:
         for n in [1, 3, 16, 1000, 5003]:
@@ -42,24 +43,22 @@ def test_direct_launch_uses_the_binary_the_normal_path_would():
                     axpy(*inputs(n, dtype, offset), 2.0)
     binaries = KERNEL.kernel.device_caches["compile-only:cuda:90"][0]
     for kernel, spec in launches:
-        direct = KERNEL._direct_launches[spec.key]
+        direct = KERNEL.direct_launch(spec)
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
 
 
 def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path(monkeypatch):
     class Blind(AxpyKernel):
-        """Its key pins neither dtype, nor alignment, nor integer class: one key stands for
-        every Triton binary of the kernel."""
+        """Its key does not pin the dtype: one key stands for Triton binaries of every dtype."""
 
         def dispatch(self, **values):
-            pinned = dict(dtype=torch.float32, n_elements=1000, x_aligned=True, y_aligned=True, out_aligned=True)
-            return super().dispatch(**dict(values, **pinned))
+            return super().dispatch(**dict(values, dtype=torch.float32))
 
     blind = Blind()
     x, y = inputs(1000)
     blind(x, y, x, 1.0)  # first call: Triton's path, then the key gets its direct launch
     key = blind.launch_spec(x=x, y=y, out=x, alpha=1.0).key
-    assert key in blind._direct_launches
+    assert blind.warmed_layouts(key) == ["n_elements:i32"]
     runs = triton_runs(monkeypatch, blind)
     unaligned_x, _ = inputs(1000, offset=1)
     try:
@@ -67,11 +66,12 @@ def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path(monkeypa
         blind(x, y, x, 1.0)  # same specialisation: direct, nothing for the guard to see
         blind(torch.nn.Parameter(x, requires_grad=False), y, x, 3.0)  # a parameter is a tensor too
         assert runs == []
-        with pytest.raises(guard.ServeTimeCompile, match="x_aligned=True"):
+        with pytest.raises(guard.ServeTimeCompile, match="x: a fp32 tensor not 16-byte aligned"):
             blind(unaligned_x, y, x, 1.0)  # same key, other alignment: not the direct binary
-        with pytest.raises(guard.ServeTimeCompile):
+        with pytest.raises(guard.ServeTimeCompile, match="n_elements: i32 a multiple of 16"):
             blind(*inputs(1008), torch.empty(1008), 1.0)  # n_elements a multiple of 16, unlike 1000
-        with pytest.raises(guard.ServeTimeCompile):
+        with pytest.raises(guard.ServeTimeCompile, match="x: a bf16 tensor 16-byte aligned; warmed binaries all "
+                                                         "assume a fp32 tensor"):
             blind(*inputs(1000, torch.bfloat16), y.bfloat16(), 1.0)  # another dtype
     finally:
         guard.set_mode("off")
@@ -113,7 +113,7 @@ def test_what_no_key_pins_is_checked_on_every_direct_launch(monkeypatch):
     x, y = inputs(100)
     axpy(x, y, 1.0)
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    direct = KERNEL._direct_launches[spec.key]
+    direct = KERNEL.direct_launch(spec)
     assert direct.launch(spec.kwargs, spec.grid)
     assert not direct.launch({**spec.kwargs, "alpha": 1}, spec.grid)  # an int where the binary has a float
     assert not direct.launch(dict(spec.kwargs, num_warps=8), spec.grid)  # anything more: Triton's path decides
@@ -167,9 +167,10 @@ def test_direct_launch_can_be_turned_off():
     x, y = inputs(100)
     with settings.scope(direct_launch=False):
         axpy(x, y, 1.0)
-    assert not KERNEL._direct_launches  # every launch takes Triton's own path
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    assert KERNEL.direct_launch(spec) is None  # every launch takes Triton's own path
     axpy(x, y, 1.0)
-    assert KERNEL._direct_launches
+    assert KERNEL.direct_launch(spec) is not None
 
 
 def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch):
@@ -192,7 +193,7 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
     launched = {kernel.name for kernel, _ in first}
     assert launched >= {name for name in registry.kernel_names() if not name.startswith("jitkern.")}, launched
     for kernel, spec in second:
-        direct = kernel._direct_launches[spec.key]
+        direct = kernel.direct_launch(spec)
         binaries = kernel.kernel.device_caches["compile-only:cuda:90"][0]
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
 

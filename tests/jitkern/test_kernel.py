@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from jitkern import JitKernel, WarmupMismatch, key_name, registry
+from jitkern import JitKernel, Layout, WarmupMismatch, key_name, registry
 from jitkern.examples.axpy import AxpyKernel, axpy
 
 
@@ -42,9 +42,14 @@ def test_kernels_are_singletons_and_registered_by_name():
 
 def test_every_warmup_key_round_trips_through_the_launch_path():
     kernel = AxpyKernel()
-    for key in kernel.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=[256, 1024], unaligned=True):
-        assert kernel.launch_spec(**kernel.warmup_inputs(key)).key == key
-    assert key_name(key).startswith("dtype=bfloat16,block_size=1024,n_elements=17")
+    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
+    binaries = kernel.binary_keys(kernel.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=[256, 1024]),
+                                  every_offset)
+    assert len(binaries) == 2 * 2 * 8 * 3  # dtypes x block sizes x alignments x classes of n_elements
+    for binary in binaries:
+        assert kernel.launch_spec(**kernel.warmup_inputs(binary.key)).key == binary.key
+        kernel.compile(binary)  # under the interpreter: builds the stand-ins of its layout, checks them
+    assert key_name(binary) == "dtype=bfloat16,block_size=1024,layout=X_ptr:*bf16 Y_ptr:*bf16 Out_ptr:*bf16 n_elements:i32"
 
 
 def test_warmup_inputs_that_disagree_with_dispatch_are_caught():

@@ -7,7 +7,7 @@ import pytest
 import torch
 import triton
 
-from jitkern import guard
+from jitkern import BinaryKey, Layout, guard
 from jitkern.examples.axpy import AxpyKernel, axpy
 from jitkern.testing import UnexpectedCompile, assert_no_compile, record_launches, uncovered_by_warmup
 
@@ -28,40 +28,36 @@ def sampled_launches():
     return launches
 
 
+EVERY_OFFSET = Layout(unaligned=frozenset({"x", "y", "out"}))
+
+
 def test_every_real_launch_finds_a_binary_that_warmup_built():
-    keys = KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"], unaligned=True)
+    keys = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), EVERY_OFFSET)
     assert uncovered_by_warmup(sampled_launches(), {KERNEL.name: keys}) == []
 
 
-def test_a_warmup_that_disagrees_with_the_launch_is_caught():
-    class AlignmentBlind(AxpyKernel):
-        """Claims every pointer aligned at warmup: unaligned views would compile at serve time."""
-
-        def warmup_inputs(self, key):
-            inputs = super().warmup_inputs(key)
-            for name in ("x", "y", "out"):
-                inputs[name].aligned = True
-            return inputs
-
-        def dispatch(self, **values):
-            return super().dispatch(**dict(values, x_aligned=True, y_aligned=True, out_aligned=True))
-
-    blind = AlignmentBlind()
-    launches = [(blind, spec) for _kernel, spec in sampled_launches()]
-    keys = blind.get_warmup_keys(dtypes=["float32", "bfloat16"])
-    uncovered = uncovered_by_warmup(launches, {blind.name: keys})
-    assert uncovered and all("with Triton key" in line for line in uncovered)
+def test_a_warmup_narrower_than_the_launches_is_caught_naming_the_argument():
+    aligned_only = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]))
+    uncovered = uncovered_by_warmup(sampled_launches(), {KERNEL.name: aligned_only})
+    assert uncovered and all("(Triton key" in line for line in uncovered)
+    assert any("x: a fp32 tensor not 16-byte aligned; warmed binaries all assume a fp32 tensor 16-byte aligned"
+               in line for line in uncovered)
+    assert any(line.startswith("jitkern.example.axpy[dtype=bfloat16,block_size=1024,layout=Out_ptr:*bf16")
+               for line in uncovered)
 
 
 def test_assert_no_compile_passes_after_warmup_and_names_a_miss():
     x, y = torch.randn(1000), torch.randn(1000)
-    KERNEL.compile(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0).key)
+    KERNEL.compile(KERNEL.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
     with assert_no_compile():
         axpy(x, y, 2.0)
-    with pytest.raises(UnexpectedCompile, match=r"jitkern.example.axpy\[dtype=float32,block_size=1024,n_elements=17,"
-                                                r"x_aligned=False"):
+    with pytest.raises(UnexpectedCompile) as error:
         with assert_no_compile():
             axpy(x[1:], y[1:], 2.0)
+    assert "jitkern.example.axpy[dtype=float32,block_size=1024,layout=X_ptr:*fp32 Y_ptr:*fp32 n_elements:i32]" \
+        in str(error.value)
+    assert "x: a fp32 tensor not 16-byte aligned; warmed binaries all assume a fp32 tensor 16-byte aligned" \
+        in str(error.value)
 
 
 def test_guard_error_mode_raises_before_compiling_and_names_the_manifest_entry():
@@ -92,8 +88,9 @@ def test_guard_warn_and_record_modes(tmp_path):
         guard.set_mode("off")
     (entry,) = guard.recorded_entries(record_file)
     assert entry["kernel"] == "jitkern.example.axpy" and len(entry["keys"]) == 1
-    recorded = KERNEL.CompileKey(**entry["keys"][0])
-    assert recorded.x_aligned is False and recorded.dtype == "bfloat16"
+    fields = dict(entry["keys"][0])
+    recorded = BinaryKey(KERNEL.CompileKey(**{k: v for k, v in fields.items() if k != "layout"}), fields["layout"])
+    assert recorded.key.dtype == "bfloat16" and "X_ptr:*bf16" in recorded.layout.split()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         axpy(x, x, 1.0)  # guard off: silent

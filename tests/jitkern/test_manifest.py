@@ -31,6 +31,19 @@ def test_example_manifest_resolves_to_the_kernels_keys():
     assert len(keys) == len(set(keys)) == 3 * 3 * 8  # dtypes x integer classes x alignments
 
 
+def test_a_layout_a_kernel_cannot_serve_is_named(tmp_path):
+    from jitkern.examples.axpy import AxpyKernel
+
+    class AlignedOut(AxpyKernel):
+        name = "test.axpy_aligned_out"
+        aligned_tensors = frozenset({"out"})
+
+    document = example(modules=[], kernels=[{"kernel": AlignedOut.name, "config": {"dtypes": ["float32"]}}])
+    with pytest.raises(ManifestError, match=r"layout.unaligned lists 'out', which test.axpy_aligned_out cannot serve: "
+                                            r"its public function requires 'out' 16-byte aligned"):
+        load_manifest(write(tmp_path, document))
+
+
 BAD_MANIFESTS = {
     "unknown kernel": (
         lambda: example(kernels=[{"kernel": "jitkern.example.nope", "config": {}}]),
@@ -61,6 +74,33 @@ BAD_MANIFESTS = {
         r"kernels\[0\]\.config: dtypes: \['float8'\] not supported",
     ),
     "bad target": (lambda: example(targets=["rocm:90"]), r"targets: Value error, target 'rocm:90'"),
+    "layout of an unknown tensor": (
+        lambda: example(kernels=[{"kernel": "jitkern.example.axpy", "config": {"dtypes": ["float32"]},
+                                  "layout": {"unaligned": ["x", "zz"]}}]),
+        r"kernels\[0\]\.layout\.unaligned\[1\]: jitkern.example.axpy has no tensor 'zz' \(its tensors: out, x, y\)",
+    ),
+    "manifest layout of a tensor no kernel has": (
+        lambda: example(layout={"strided": ["x", "z.0"]}),
+        r"layout\.strided\[1\]: no kernel of this manifest has a tensor 'z\.0'",
+    ),
+    "layout of a dimension the tensor lacks": (
+        lambda: example(kernels=[{"kernel": "jitkern.example.axpy", "config": {"dtypes": ["float32"]},
+                                  "layout": {"strided": ["x.1"]}}]),
+        r"kernels\[0\]\.layout\.strided\[0\]: jitkern.example.axpy has no tensor 'x\.1'",
+    ),
+    "unknown layout field": (
+        lambda: example(layout={"misaligned": ["x"]}), r"layout\.misaligned: Extra inputs are not permitted",
+    ),
+    "layout beside explicit keys": (
+        lambda: example(kernels=[{"kernel": "jitkern.example.axpy", "keys": [{"dtype": "float32", "block_size": 64}],
+                                  "layout": {"unaligned": ["x"]}}]),
+        r"kernels\[0\]\.layout: explicit keys carry their own layout",
+    ),
+    "explicit key with a layout of unknown arguments": (
+        lambda: example(kernels=[{"kernel": "jitkern.example.axpy",
+                                  "keys": [{"dtype": "float32", "block_size": 64, "layout": "Q_ptr:*fp32"}]}]),
+        r"kernels\[0\]\.keys\[0\]\.layout: \['Q_ptr'\] not among the runtime arguments",
+    ),
     "wrong format version": (lambda: example(format_version=2), r"format_version: Input should be 1"),
     "empty file": (lambda: "   \n", r"empty file"),
     "not JSON": (lambda: "{'format_version': 1,", r"not JSON: Expecting property name"),
@@ -82,11 +122,10 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_explicit_keys_entries(tmp_path):
-    key = {"dtype": "float32", "block_size": 512, "n_elements": 17,
-           "x_aligned": True, "y_aligned": True, "out_aligned": False}
+    key = {"dtype": "float32", "block_size": 512, "layout": "n_elements:i32 Out_ptr:*fp32"}
     loaded = load_manifest(write(tmp_path, example(kernels=[{"kernel": "jitkern.example.axpy", "keys": [key]}])))
     (found,) = manifest_keys(loaded)["jitkern.example.axpy"]
-    assert found.block_size == 512 and found.out_aligned is False
+    assert found.key.block_size == 512 and found.layout == "Out_ptr:*fp32 n_elements:i32"  # in argument order
     with pytest.raises(ManifestError, match=r"kernels\[0\]\.keys\[0\]"):
         load_manifest(write(tmp_path, example(kernels=[{"kernel": "jitkern.example.axpy", "keys": [{"x": 1}]}])))
 
