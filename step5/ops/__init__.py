@@ -1,1 +1,2 @@
-"""Step5 kernels: ``summary_update`` holds the three update paths of the CSA summaries."""
+"""Step5 kernels: one module per update path of the CSA summaries (``decode``, ``prefill``,
+``verify``); ``summary_update`` gathers their public functions and registers all five kernels."""

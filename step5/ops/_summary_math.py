@@ -227,3 +227,15 @@ def _ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.conste
     row = first + i
     row = tl.where(row >= RING_CAPACITY, row - RING_CAPACITY, row)
     return Ring + (base + row) * 512
+
+
+@triton.jit
+def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, dim,
+                key_stride0, key_stride2, z_stride0, z_stride2, RING_CAPACITY: tl.constexpr):
+    """Row i of the region closed by ``token``: from the ring when ``i < ring_rows``, else
+    token ``token - 7 + i`` of this step. The (uniform) choice is made on the pointers, so
+    each row is one load, and the pointer not taken is never dereferenced."""
+    ring = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
+    key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+    from_ring = i < ring_rows
+    return tl.load(tl.where(from_ring, ring + dim, key_ptr)), tl.load(tl.where(from_ring, ring + 256 + dim, z_ptr))
