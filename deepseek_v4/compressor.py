@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern import kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
 from deepseek_v4.common import FLOAT_DTYPE, GDC_AVAILABLE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl
@@ -241,13 +241,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         block_table_dtype: str  # int32
         positions_dtype: str  # int32 or int64: different binaries
         req_indices_dtype: str
-        # Triton integer classes (jitkern.int_representative), not the exact strides:
-        state_block_stride: int
-        state_row_stride: int
-        block_table_row_stride: int  # max_blocks
-        out_row_stride: int
-        state_aligned: bool  # 16-byte alignment; index tensors are not specialised on it
-        out_aligned: bool
         launch_pdl: bool
         # the tiling (_tiling): constexprs and launch option of the binary
         scan: int
@@ -265,12 +258,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         block_table_dtype: torch.dtype,
         positions_dtype: torch.dtype,
         req_indices_dtype: torch.dtype,
-        state_block_stride: int,
-        state_row_stride: int,
-        block_table_row_stride: int,
-        out_row_stride: int,
-        state_aligned: bool = True,
-        out_aligned: bool = True,
         launch_pdl: bool = False,
     ) -> CompileKey:
         tiling = _tiling(compress_ratio, head_dim)
@@ -282,12 +269,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             block_table_dtype=dtype_name(block_table_dtype),
             positions_dtype=dtype_name(positions_dtype),
             req_indices_dtype=dtype_name(req_indices_dtype),
-            state_block_stride=int_representative(state_block_stride),
-            state_row_stride=int_representative(state_row_stride),
-            block_table_row_stride=int_representative(block_table_row_stride),
-            out_row_stride=int_representative(out_row_stride),
-            state_aligned=state_aligned,
-            out_aligned=out_aligned,
             launch_pdl=launch_pdl,
             scan=tiling.scan,
             block_d=tiling.block_d,
@@ -303,22 +284,12 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
         launch_pdl: bool = False,
     ) -> list[CompileKey]:
-        """The keys of a deployment's layout (spec table), for each index dtype pair.
-
-        The cache is ``[blocks, block_size, 2W]`` and ``out`` is ``[tokens, head_dim]``:
-        with ``head_dim`` a multiple of 4 both are aligned and their strides multiples
-        of 16. A block table row holds ``max_blocks`` entries, a multiple of 16 or not
-        depending on ``max_model_len``: both classes are warmed (``max_blocks == 1``,
-        a class of its own, would mean a context of at most one block).
-        """
+        """The keys of a deployment's layout (spec table), for each index dtype pair."""
         layout = LAYOUTS.get(compress_ratio)
         if head_dim <= 0 or layout is None:
             return []
-        width = layout.state_width(head_dim)
         dtypes = index_dtype_names(index_dtypes)
-        rows = keys.product(
-            positions_dtype=dtypes, req_indices_dtype=dtypes, block_table_row_stride=[16, 17]
-        )
+        rows = keys.product(positions_dtype=dtypes, req_indices_dtype=dtypes)
         return keys.unique_keys(
             lambda **row: self.dispatch(
                 compress_ratio=compress_ratio,
@@ -326,10 +297,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
                 block_size=layout.block_size,
                 dtype=FLOAT_DTYPE,
                 block_table_dtype=torch.int32,
-                state_block_stride=layout.block_size * 2 * width,
-                state_row_stride=2 * width,
-                out_row_stride=head_dim,
-                out_aligned=(4 * head_dim) % 16 == 0,
                 launch_pdl=launch_pdl,
                 **row,
             ),
@@ -337,23 +304,17 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        """A dense cache ``[blocks, block_size, 2W]``, ``out`` ``[tokens, head_dim]`` (16-byte
+        aligned rows when 4 * head_dim is), and a block table whose rows hold ``max_blocks``
+        entries, which varies with the deployment's context length."""
         dtype = getattr(torch, key.dtype)
         width = layout_of(key.compress_ratio).state_width(key.head_dim)
         return dict(
-            state_cache=TritonWarmupTensor(
-                dtype,
-                shape=(1, key.block_size, 2 * width),
-                strides=(key.state_block_stride, key.state_row_stride, 1),
-                aligned=key.state_aligned,
-            ),
-            block_table=TritonWarmupTensor(
-                getattr(torch, key.block_table_dtype), shape=(1, 1), strides=(key.block_table_row_stride, 1)
-            ),
+            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
+            block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
-            out=TritonWarmupTensor(
-                dtype, shape=(1, key.head_dim), strides=(key.out_row_stride, 1), aligned=key.out_aligned
-            ),
+            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim), aligned=(4 * key.head_dim) % 16 == 0),
             compress_ratio=key.compress_ratio,
             head_dim=key.head_dim,
             block_size=key.block_size,
@@ -399,12 +360,6 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             block_table_dtype=block_table.dtype,
             positions_dtype=positions.dtype,
             req_indices_dtype=req_indices.dtype,
-            state_block_stride=state_cache.stride(0),
-            state_row_stride=state_cache.stride(1),
-            block_table_row_stride=block_table.stride(0),
-            out_row_stride=out.stride(0),
-            state_aligned=is_aligned(state_cache),
-            out_aligned=is_aligned(out),
             launch_pdl=launch_pdl,
         )
         tokens = positions.shape[0]

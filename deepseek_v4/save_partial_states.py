@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, int_representative, is_aligned
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern import kernel_launcher, keys
 from jitkern.validation import check_int
 from deepseek_v4.common import (
@@ -97,19 +97,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         dtype: str  # kv, score, ape and state_cache (float32; the public function checks)
         positions_dtype: str  # int32 or int64: different binaries
         slot_mapping_dtype: str
-        # Triton integer classes (jitkern.int_representative), not the exact strides:
-        kv_row_stride: int
-        score_row_stride: int
-        ape_row_stride: int
-        state_block_stride: int
-        state_row_stride: int
-        # 16-byte alignment of the float pointers (score at column H of a [tokens, 2H]
-        # projection is aligned only when 4H % 16 == 0); positions and slot_mapping are
-        # not specialised on alignment.
-        kv_aligned: bool
-        score_aligned: bool
-        ape_aligned: bool
-        state_aligned: bool
         launch_pdl: bool
         num_warps: int
         block_h: int  # next power of two of head_size
@@ -124,15 +111,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         dtype: torch.dtype,
         positions_dtype: torch.dtype,
         slot_mapping_dtype: torch.dtype,
-        kv_row_stride: int,
-        score_row_stride: int,
-        ape_row_stride: int,
-        state_block_stride: int,
-        state_row_stride: int,
-        kv_aligned: bool = True,
-        score_aligned: bool = True,
-        ape_aligned: bool = True,
-        state_aligned: bool = True,
         launch_pdl: bool = False,
     ) -> CompileKey:
         block_h = triton.next_power_of_2(head_size)
@@ -144,15 +122,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             dtype=dtype_name(dtype),
             positions_dtype=dtype_name(positions_dtype),
             slot_mapping_dtype=dtype_name(slot_mapping_dtype),
-            kv_row_stride=int_representative(kv_row_stride),
-            score_row_stride=int_representative(score_row_stride),
-            ape_row_stride=int_representative(ape_row_stride),
-            state_block_stride=int_representative(state_block_stride),
-            state_row_stride=int_representative(state_row_stride),
-            kv_aligned=kv_aligned,
-            score_aligned=score_aligned,
-            ape_aligned=ape_aligned,
-            state_aligned=state_aligned,
             launch_pdl=launch_pdl,
             num_warps=_num_warps(block_h),
             block_h=block_h,
@@ -167,12 +136,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         launch_pdl: bool = False,
     ) -> list[CompileKey]:
         """The keys of a deployment's layout (spec table), for each index dtype pair.
-
-        ``kv`` and ``score`` are views of one ``[tokens, 2H]`` projection (or contiguous
-        ``[tokens, H]``), the cache is ``[blocks, block_size, 2W]``: with ``head_dim`` a
-        multiple of 4 every stride is a multiple of 16 and every pointer aligned.
-        ``launch_pdl``: the deployment launches with PDL (Hopper and newer).
-        """
+        ``launch_pdl``: the deployment launches with PDL (Hopper and newer)."""
         layout = LAYOUTS.get(compress_ratio)
         if head_dim <= 0 or layout is None:
             return []
@@ -187,13 +151,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
                 compress_ratio=compress_ratio,
                 block_size=layout.block_size,
                 dtype=FLOAT_DTYPE,
-                kv_row_stride=2 * width,
-                score_row_stride=2 * width,
-                ape_row_stride=width,
-                state_block_stride=layout.block_size * 2 * width,
-                state_row_stride=2 * width,
-                kv_aligned=(4 * width) % 16 == 0,
-                score_aligned=(4 * width) % 16 == 0,
                 launch_pdl=launch_pdl,
                 **row,
             ),
@@ -201,21 +158,16 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        """The deployment's usual layout: ``kv`` and ``score`` views of one ``[tokens, 2H]``
+        projection (score at column H: 16-byte aligned when 4H is), a dense cache."""
         dtype = getattr(torch, key.dtype)
         h = key.head_size
         return dict(
-            kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(key.kv_row_stride, 1), aligned=key.kv_aligned),
-            score=TritonWarmupTensor(dtype, shape=(1, h), strides=(key.score_row_stride, 1), aligned=key.score_aligned),
-            ape=TritonWarmupTensor(
-                dtype, shape=(key.compress_ratio, h), strides=(key.ape_row_stride, 1), aligned=key.ape_aligned
-            ),
+            kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1)),
+            score=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1), aligned=(4 * h) % 16 == 0),
+            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, h)),
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
-            state_cache=TritonWarmupTensor(
-                dtype,
-                shape=(1, key.block_size, key.state_width + h),
-                strides=(key.state_block_stride, key.state_row_stride, 1),
-                aligned=key.state_aligned,
-            ),
+            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, key.state_width + h)),
             slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
             block_size=key.block_size,
             state_width=key.state_width,
@@ -258,15 +210,6 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             dtype=kv.dtype,
             positions_dtype=positions.dtype,
             slot_mapping_dtype=slot_mapping.dtype,
-            kv_row_stride=kv.stride(0),
-            score_row_stride=score.stride(0),
-            ape_row_stride=ape.stride(0),
-            state_block_stride=state_cache.stride(0),
-            state_row_stride=state_cache.stride(1),
-            kv_aligned=is_aligned(kv),
-            score_aligned=is_aligned(score),
-            ape_aligned=is_aligned(ape),
-            state_aligned=is_aligned(state_cache),
             launch_pdl=launch_pdl,
         )
         return LaunchSpec(

@@ -15,9 +15,10 @@ config, each tensor of the key's stand-ins is drawn on its own:
 - its strides, where the layout lists them as ``strided``, from 0, 1, 15, 16, 17, odd,
   even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
   contiguous if its stand-in is, or as its stand-in;
-- the size of every dimension that does not change the key (found by trying two
-  sizes): 0, 1, 15, 16, 17, others, and up to 2**31 - 1 elements in all (beyond with
-  ``large_ints``).
+- the size of every dimension its stand-in declares ``varying``: 0, 1, 15, 16, 17,
+  others, and up to 2**31 - 1 elements in all (beyond with ``large_ints``).
+
+A drawn launch whose key is not the one drawn (a size the key depends on) is dropped.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class _TensorPlan:
     """How to draw one tensor argument of a key's launch."""
 
     stand_in: TritonWarmupTensor
-    free_dims: tuple[int, ...]
+    varying_dims: tuple[int, ...]
     strided_dims: tuple[int, ...]
     any_offset: bool
     contiguous: bool
@@ -122,29 +123,11 @@ def _plan(kernel: TritonJitKernel, key: Any, layout: Layout) -> dict[str, Any]:
     for name, value in inputs.items():
         if not isinstance(value, TritonWarmupTensor):
             continue
-        free = tuple(dim for dim in range(value.ndim) if _keeps_key(kernel, key, inputs, name, dim))
         strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
-        contiguous = tuple(value.stride()) == contiguous_strides(value.shape)
-        plan[name] = _TensorPlan(value, free, strided, layout.allows_unaligned(name), contiguous)
+        plan[name] = _TensorPlan(value, value.varying, strided, layout.allows_unaligned(name), value.is_contiguous())
     if not any(isinstance(part, _TensorPlan) for part in plan.values()):
         raise WarmupMismatch(f"{kernel.name}: warmup_inputs gives no tensor stand-ins to draw from")
     return plan
-
-
-def _keeps_key(kernel: TritonJitKernel, key: Any, inputs: dict[str, Any], name: str, dim: int) -> bool:
-    """Whether the size of ``inputs[name]``'s dimension ``dim`` is free: two other sizes
-    still launch with ``key``."""
-    stand_in = inputs[name]
-    for size in (17, 32):
-        shape = list(stand_in.shape)
-        shape[dim] = size
-        resized = TritonWarmupTensor(stand_in.dtype, shape, stand_in.stride(), stand_in.aligned)
-        try:
-            if kernel.launch_spec(**{**inputs, name: resized}).key != key:
-                return False
-        except Exception:  # __call__ cannot take that size at all
-            return False
-    return True
 
 
 def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool) -> DrawnTensor:
@@ -154,7 +137,7 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool) -> DrawnT
     stand_in = plan.stand_in
     limit = 2**48 if large else I32_LIMIT
     sizes = st.sampled_from(_BOUNDARY_SIZES + (_LARGE if large else [])) | st.integers(0, 300)
-    shape = [data.draw(sizes, label=f"{name}.shape[{dim}]") if dim in plan.free_dims else size
+    shape = [data.draw(sizes, label=f"{name}.shape[{dim}]") if dim in plan.varying_dims else size
              for dim, size in enumerate(stand_in.shape)]
     assume(_numel(shape) < limit)
     strides = list(contiguous_strides(shape) if plan.contiguous else stand_in.stride())

@@ -257,8 +257,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     class, the stand-ins'. Every other integer that is not a tensor's stride may take any value."""
     aligned_tensors: ClassVar[frozenset[str]] = frozenset()
     """Tensors the public function requires 16-byte aligned: a layout cannot list them as unaligned."""
-    contiguous_tensors: ClassVar[frozenset[str]] = frozenset()
-    """Tensors the public function requires contiguous: a layout cannot list them as strided."""
+    fixed_strides: ClassVar[frozenset[str]] = frozenset()
+    """Strides the public function fixes, of a tensor (``"ring"``) or one dimension (``"mean.1"``):
+    a layout cannot list them as strided."""
 
     def constants(self, key: CompileKeyT) -> dict[str, Any]:
         """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,

@@ -242,8 +242,6 @@ def _kernel_layout(where: str, kernel: JitKernel, key: Any, own: LayoutDomain, s
     A name the entry gives must be a tensor of the kernel that its public function
     accepts so laid out; one name the manifest gives, of any kernel that has it."""
     tensors = kernel.tensor_dims(key)
-    refused = {"unaligned": getattr(kernel, "aligned_tensors", ()), "strided": getattr(kernel, "contiguous_tensors", ())}
-    requirement = {"unaligned": "16-byte aligned", "strided": "contiguous"}
     chosen: dict[str, set[str]] = {"unaligned": set(), "strided": set()}
     for field, names in (("unaligned", own.unaligned), ("strided", own.strided)):
         for position, name in enumerate(names):
@@ -257,10 +255,23 @@ def _kernel_layout(where: str, kernel: JitKernel, key: Any, own: LayoutDomain, s
         chosen[field].update(name for name in names if _layout_name(name, field)[0] in tensors)
     for field, names in chosen.items():
         for name in sorted(names):
-            if _layout_name(name, field)[0] in refused[field]:
+            refusal = _refusal(kernel, field, name)
+            if refusal:
                 raise ManifestError(f"{where}: layout.{field} lists {name!r}, which {kernel.name} cannot serve: "
-                                    f"its public function requires {name!r} {requirement[field]}")
+                                    f"its public function requires {refusal}")
     return Layout(unaligned=frozenset(chosen["unaligned"]), strided=frozenset(chosen["strided"]))
+
+
+def _refusal(kernel: JitKernel, field: str, name: str) -> str:
+    """What the kernel's public function requires that the layout ``name`` breaks, if anything."""
+    tensor, dim = _layout_name(name, field)
+    if field == "unaligned":
+        return f"{tensor!r} 16-byte aligned" if tensor in getattr(kernel, "aligned_tensors", ()) else ""
+    fixed = getattr(kernel, "fixed_strides", frozenset())
+    if tensor in fixed or name in fixed or (dim is None and any(f.startswith(f"{tensor}.") for f in fixed)):
+        fixed_here = sorted(f for f in fixed if f == tensor or f.startswith(f"{tensor}."))
+        return f"fixed strides of {', '.join(fixed_here)}"
+    return ""
 
 
 def _layout_name(name: str, field: str) -> tuple[str, int | None]:
@@ -275,8 +286,7 @@ def _check_shared_layout(path: Path, shared: LayoutDomain, entries: list[Resolve
     """Each tensor the manifest's layout names is a tensor of one of its kernels at least."""
     tensors = set()
     for entry in entries:
-        if entry.config is not None:
-            tensors |= set(entry.kernel.tensor_dims(entry.keys[0].key))
+        tensors |= set(entry.kernel.tensor_dims(entry.keys[0].key))
     for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
         for position, name in enumerate(names):
             if _layout_name(name, field)[0] not in tensors:

@@ -162,7 +162,7 @@ def representative(text: str, like: Any) -> Any:
     """A value Triton specialises as ``text``; a tensor stands in for a tensor ``like``."""
     if text.startswith("*"):
         return TritonWarmupTensor(like.dtype, like.shape, like.stride(), aligned=text.endswith("/16"),
-                                  name=getattr(like, "name", None))
+                                  name=like.name, varying=like.varying)
     kind, _, divisible = text.partition("/")
     if kind == "1":
         return 1
@@ -229,11 +229,13 @@ def argument_domains(kernel: "TritonJitKernel", kwargs: dict[str, Any], base: di
     ``kwargs`` (``base`` is Triton's specialisation of them).
 
     A tensor's address: aligned, or also not where ``layout.unaligned`` says. A stride of
-    a tensor ``layout.strided`` names: any integer; of another tensor: as its stand-in.
-    Any other integer (a size, a value ``__call__`` computes): any integer, unless the
-    kernel lists it in ``pinned_by_key`` (its value is a function of the key).
+    a tensor ``layout.strided`` names, or one that varies with the tensor's sizes (see
+    ``TritonWarmupTensor.varying``): any integer; else as its stand-in. Any other integer
+    (a size, a value ``__call__`` computes): any integer, unless the kernel lists it in
+    ``pinned_by_key`` (its value is a function of the key).
     """
     found = origins(kwargs)
+    stand_ins = {value.name: value for value in kwargs.values() if isinstance(value, TritonWarmupTensor)}
     domains = {}
     for param in runtime_params(kernel.kernel):
         if param.name not in base:
@@ -242,13 +244,15 @@ def argument_domains(kernel: "TritonJitKernel", kwargs: dict[str, Any], base: di
         if text.startswith("*"):
             tensor = found.tensors.get(param.name)
             movable = tensor is not None and layout.allows_unaligned(tensor) and not param.do_not_specialize_on_alignment
-            domains[param.name] = (text, text.removesuffix("/16")) if movable and text.endswith("/16") else (text,)
+            unaligned = text.removesuffix("/16")
+            domains[param.name] = (unaligned + "/16", unaligned) if movable else (text,)
         elif isinstance(value, bool) or not isinstance(value, int):
             domains[param.name] = (text,)
         elif param.name in found.strides:
             tensor, dim = found.strides[param.name]
-            domains[param.name] = (int_classes(param, kernel.large_ints) if layout.allows_any_stride(tensor, dim)
-                                   else (text,))
+            varies = tensor not in stand_ins or stand_ins[tensor].stride_varies(dim)
+            domains[param.name] = (int_classes(param, kernel.large_ints)
+                                   if varies or layout.allows_any_stride(tensor, dim) else (text,))
         elif param.name in kernel.pinned_by_key:
             domains[param.name] = (text,)
         else:

@@ -18,6 +18,9 @@ class TritonWarmupTensor:
     """A tensor with no memory: a dtype, a shape, strides and an alignment.
 
     ``data_ptr()`` is 0 (a multiple of 16) when ``aligned``, else an address that is not.
+    ``varying``: the dimensions whose size changes from launch to launch (tokens,
+    requests, blocks; by default the leading one). A contiguous tensor's stride over a
+    varying dimension varies too, and jitkern warms every class it can take.
     """
 
     def __init__(
@@ -27,6 +30,7 @@ class TritonWarmupTensor:
         strides: Sequence[int] | None = None,
         aligned: bool = True,
         name: str | None = None,
+        varying: Sequence[int] = (0,),
     ):
         self.dtype = dtype
         self.shape = torch.Size(shape)
@@ -35,11 +39,20 @@ class TritonWarmupTensor:
             raise ValueError(f"strides {self._strides} do not match shape {tuple(self.shape)}")
         self.aligned = aligned
         self.name = name
+        self.varying = tuple(dim % len(self.shape) for dim in varying) if self.shape else ()
         self.device = torch.device("meta")
 
     def named(self, name: str) -> "TritonWarmupTensor":
         """This stand-in as the ``__call__`` argument ``name``: its strides then say whose they are."""
-        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name)
+        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name, self.varying)
+
+    def is_contiguous(self) -> bool:
+        return self._strides == contiguous_strides(self.shape)
+
+    def stride_varies(self, dim: int) -> bool:
+        """Whether the stride of ``dim`` changes with the sizes: the tensor is contiguous and
+        a later dimension varies."""
+        return self.is_contiguous() and any(later > dim for later in self.varying)
 
     def data_ptr(self) -> int:
         return 0 if self.aligned else _UNALIGNED_ADDRESS

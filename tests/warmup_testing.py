@@ -26,10 +26,14 @@ def cli(*args, cache_dir, background=False, **popen):
     return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, **popen)
 
 
-def example_manifest(path: Path, **config) -> Path:
-    """The example manifest with another config for its one kernel, written to ``path``."""
+def example_manifest(path: Path, layout: dict | None = None, **config) -> Path:
+    """The example manifest with another config for its one kernel, and the layout
+    ``layout`` (by default aligned tensors only), written to ``path``."""
     document = json.loads(EXAMPLE.read_text())
     document["kernels"][0]["config"] = config
+    document.pop("layout")
+    if layout is not None:
+        document["layout"] = layout
     path.write_text(json.dumps(document))
     return path
 

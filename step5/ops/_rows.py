@@ -1,6 +1,6 @@
 """Host-side helpers shared by the Step5 update paths (``decode``, ``prefill``, ``verify``):
-key fields of the ``[tokens, 1, 256]`` key and z rows, compile-only stand-ins, the key rows
-a deployment needs, the manifest check, and ``summary_layout``."""
+compile-only stand-ins, the layouts the public functions fix, the manifest check, and
+``summary_layout``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 
 import torch
 
-from jitkern import TritonWarmupTensor, int_representative, is_aligned
-from jitkern import keys
+from jitkern import TritonWarmupTensor
 from step5.ops._validate import check_mean
 
 _INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
@@ -20,48 +19,28 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _row_key_fields(key, z, *others) -> dict[str, Any]:
-    """Key fields of the ``[tokens, 1, 256]`` inputs: stride classes and 16-byte alignment.
-
-    ``aligned`` covers key, z and the ``others`` (mean, ring): z is often a slice of a
-    wider tensor, and an unaligned base forbids 16-byte vector loads, so it is a binary.
-    """
-    return dict(
-        key_stride0=int_representative(key.stride(0)),
-        key_stride2=int_representative(key.stride(2)),
-        z_stride0=int_representative(z.stride(0)),
-        z_stride2=int_representative(z.stride(2)),
-        aligned=all(is_aligned(t) for t in (key, z, *others)),
-    )
+# What the public functions fix (``_validate``): index tensors and the ring contiguous, mean's
+# inner dimensions dense. A deployment's layout may vary everything else: key, z and mean
+# at any element offset, their other strides.
+FIXED_STRIDES = frozenset({"ring", "mean.1", "mean.2", "slots", "ring_base", "ring_slots", "owners",
+                           "query_start_loc", "seq_lens", "groups", "metadata"})
 
 
-def _row_stand_ins(key_stride0: int, key_stride2: int, z_stride0: int, z_stride2: int, aligned: bool):
-    """Stand-in key and z whose strides are the representatives themselves."""
-    key = TritonWarmupTensor(torch.bfloat16, (16, 1, 256), (key_stride0, 256, key_stride2), aligned)
-    z = TritonWarmupTensor(torch.bfloat16, (16, 1, 256), (z_stride0, 256, z_stride2), aligned)
-    return key, z
+def _row_stand_ins():
+    """Stand-in key and z: contiguous bf16 ``[tokens, 1, 256]`` rows."""
+    return TritonWarmupTensor(torch.bfloat16, (16, 1, 256)), TritonWarmupTensor(torch.bfloat16, (16, 1, 256))
 
 
-def _mean_stand_in(block_size: int, mean_stride0: int, aligned: bool):
-    return TritonWarmupTensor(torch.uint8, (16, block_size // 8, 256), (mean_stride0, 256, 1), aligned)
+def _mean_stand_in(block_size: int):
+    return TritonWarmupTensor(torch.uint8, (16, block_size // 8, 256))
 
 
-def _ring_stand_in(aligned: bool):
-    return TritonWarmupTensor(torch.bfloat16, (64, 512), (512, 1), aligned)
+def _ring_stand_in():
+    return TritonWarmupTensor(torch.bfloat16, (64, 512))
 
 
 def _index(dtype_name: str, shape=(16,)):
     return TritonWarmupTensor(_INDEX_DTYPES[dtype_name], shape)
-
-
-def _row_rows(row_strides: list[int], element_strides: list[int], unaligned: bool) -> list[dict[str, Any]]:
-    """Key rows for the stride classes a deployment's key and z can have."""
-    row = sorted({int_representative(s) for s in row_strides})
-    element = sorted({int_representative(s) for s in element_strides})
-    return keys.product(
-        key_stride0=row, key_stride2=element, z_stride0=row, z_stride2=element,
-        aligned=[True, False] if unaligned else [True],
-    )
 
 
 def _check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0,

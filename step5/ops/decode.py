@@ -13,17 +13,16 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, int_representative
+from jitkern import LaunchSpec, TritonJitKernel
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
     _dtype_name,
+    FIXED_STRIDES,
     _index,
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_key_fields,
-    _row_rows,
     _row_stand_ins,
 )
 from step5.ops._summary_math import (
@@ -85,6 +84,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     name = "step5.update_decode"
     kernel = _update_decode_kernel
     compile_cost = 0.6  # seconds a key on our CPU machine
+    fixed_strides = FIXED_STRIDES
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -93,46 +93,32 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         slots_dtype: str
         positions_dtype: str
         ring_base_dtype: str
-        key_stride0: int  # integer-class representatives (1, 16, 17, ...)
-        key_stride2: int
-        z_stride0: int
-        z_stride2: int
-        mean_stride0: int
-        aligned: bool  # key, z, mean and ring 16-byte aligned
         num_warps: int = _NUM_WARPS
 
-    def dispatch(self, *, slots_dtype, positions_dtype, ring_base_dtype, mean_stride0, block_size,
-                 ring_capacity, **row_fields) -> CompileKey:
+    def dispatch(self, *, slots_dtype, positions_dtype, ring_base_dtype, block_size, ring_capacity) -> CompileKey:
         return self.CompileKey(
             block_size=block_size, ring_capacity=ring_capacity, slots_dtype=_dtype_name(slots_dtype),
             positions_dtype=_dtype_name(positions_dtype), ring_base_dtype=_dtype_name(ring_base_dtype),
-            mean_stride0=int_representative(mean_stride0), **row_fields,
         )
 
     def get_warmup_keys(
         self, *, block_size: int, ring_capacity: int, slot_dtypes: list[str] = ["int64"],
         position_dtypes: list[str] = ["int64"], ring_index_dtypes: list[str] = ["int32"],
-        row_strides: list[int] = [256], element_strides: list[int] = [1], unaligned: bool = False,
     ) -> list[CompileKey]:
-        """One key per index-dtype combination and key/z stride class; mean's block stride
-        is ``block_size // 8 * 256`` bytes or more, always a multiple of 16."""
+        """One key per index-dtype combination."""
         _check_deployment(block_size=block_size, ring_capacity=ring_capacity, slot_dtypes=slot_dtypes,
                           position_dtypes=position_dtypes, ring_index_dtypes=ring_index_dtypes)
-        rows = keys.combine(
-            keys.product(slots_dtype=slot_dtypes, positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes),
-            _row_rows(row_strides, element_strides, unaligned),
-        )
+        rows = keys.product(slots_dtype=slot_dtypes, positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes)
         return keys.unique_keys(
-            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, mean_stride0=16, **row),
-            rows,
+            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, **row), rows,
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = _row_stand_ins(key.key_stride0, key.key_stride2, key.z_stride0, key.z_stride2, key.aligned)
+        k, z = _row_stand_ins()
         return dict(
             key=k, z=z, slots=_index(key.slots_dtype), positions=_index(key.positions_dtype),
-            ring_base=_index(key.ring_base_dtype), mean=_mean_stand_in(key.block_size, key.mean_stride0, key.aligned),
-            ring=_ring_stand_in(key.aligned), capacity=key.ring_capacity,
+            ring_base=_index(key.ring_base_dtype), mean=_mean_stand_in(key.block_size), ring=_ring_stand_in(),
+            capacity=key.ring_capacity,
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
@@ -151,8 +137,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,
-                mean_stride0=mean.stride(0), block_size=block_size, ring_capacity=capacity,
-                **_row_key_fields(key, z, mean, ring),
+                block_size=block_size, ring_capacity=capacity,
             ),
         )
 

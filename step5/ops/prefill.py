@@ -16,18 +16,17 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, int_representative
+from jitkern import LaunchSpec, TritonJitKernel
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
     _dtype_name,
+    FIXED_STRIDES,
     _index,
     _INDEX_DTYPES,
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_key_fields,
-    _row_rows,
     _row_stand_ins,
 )
 from step5.ops._summary_math import _loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region
@@ -96,6 +95,7 @@ def _build_prefill_groups_kernel(
 class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.CompileKey"]):
     name = "step5.build_prefill_groups"
     kernel = _build_prefill_groups_kernel
+    fixed_strides = FIXED_STRIDES
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -207,6 +207,7 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
     name = "step5.prefill_summary"
     kernel = _prefill_summary_kernel
     compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
+    fixed_strides = FIXED_STRIDES
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -214,44 +215,31 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
         ring_capacity: int
         positions_dtype: str
         ring_base_dtype: str
-        key_stride0: int
-        key_stride2: int
-        z_stride0: int
-        z_stride2: int
-        mean_stride0: int
-        aligned: bool  # key, z, mean and ring 16-byte aligned
         num_warps: int = _NUM_WARPS
 
-    def dispatch(self, *, positions_dtype, ring_base_dtype, mean_stride0, block_size, ring_capacity,
-                 **row_fields) -> CompileKey:
+    def dispatch(self, *, positions_dtype, ring_base_dtype, block_size, ring_capacity) -> CompileKey:
         return self.CompileKey(
             block_size=block_size, ring_capacity=ring_capacity, positions_dtype=_dtype_name(positions_dtype),
-            ring_base_dtype=_dtype_name(ring_base_dtype), mean_stride0=int_representative(mean_stride0),
-            **row_fields,
+            ring_base_dtype=_dtype_name(ring_base_dtype),
         )
 
     def get_warmup_keys(
         self, *, block_size: int, ring_capacity: int, position_dtypes: list[str] = ["int64"],
-        ring_index_dtypes: list[str] = ["int32"], row_strides: list[int] = [256],
-        element_strides: list[int] = [1], unaligned: bool = False,
+        ring_index_dtypes: list[str] = ["int32"],
     ) -> list[CompileKey]:
         _check_deployment(block_size=block_size, ring_capacity=ring_capacity, position_dtypes=position_dtypes,
                           ring_index_dtypes=ring_index_dtypes)
-        rows = keys.combine(
-            keys.product(positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes),
-            _row_rows(row_strides, element_strides, unaligned),
-        )
+        rows = keys.product(positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes)
         return keys.unique_keys(
-            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, mean_stride0=16, **row),
-            rows,
+            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, **row), rows,
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = _row_stand_ins(key.key_stride0, key.key_stride2, key.z_stride0, key.z_stride2, key.aligned)
+        k, z = _row_stand_ins()
         return dict(
             key=k, z=z, groups=_index("int32", (16, 3)), positions=_index(key.positions_dtype),
-            ring_base=_index(key.ring_base_dtype), mean=_mean_stand_in(key.block_size, key.mean_stride0, key.aligned),
-            ring=_ring_stand_in(key.aligned), capacity=key.ring_capacity,
+            ring_base=_index(key.ring_base_dtype), mean=_mean_stand_in(key.block_size), ring=_ring_stand_in(),
+            capacity=key.ring_capacity,
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
@@ -270,8 +258,8 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
                 positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
             ),
             key=self.dispatch(
-                positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, mean_stride0=mean.stride(0),
-                block_size=block_size, ring_capacity=capacity, **_row_key_fields(key, z, mean, ring),
+                positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, block_size=block_size,
+                ring_capacity=capacity,
             ),
         )
 
@@ -307,34 +295,24 @@ def _write_ring_kernel(
 class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
     name = "step5.write_ring"
     kernel = _write_ring_kernel
+    fixed_strides = FIXED_STRIDES
 
     @dataclass(frozen=True)
     class CompileKey:
         ring_slots_dtype: str
-        key_stride0: int
-        key_stride2: int
-        z_stride0: int
-        z_stride2: int
-        aligned: bool  # key, z and ring 16-byte aligned
         num_warps: int = 1
 
-    def dispatch(self, *, ring_slots_dtype, **row_fields) -> CompileKey:
-        return self.CompileKey(ring_slots_dtype=_dtype_name(ring_slots_dtype), **row_fields)
+    def dispatch(self, *, ring_slots_dtype) -> CompileKey:
+        return self.CompileKey(ring_slots_dtype=_dtype_name(ring_slots_dtype))
 
-    def get_warmup_keys(
-        self, *, ring_index_dtypes: list[str] = ["int32"], row_strides: list[int] = [256],
-        element_strides: list[int] = [1], unaligned: bool = False,
-    ) -> list[CompileKey]:
+    def get_warmup_keys(self, *, ring_index_dtypes: list[str] = ["int32"]) -> list[CompileKey]:
         _check_deployment(ring_index_dtypes=ring_index_dtypes)
-        rows = keys.combine(
-            keys.product(ring_slots_dtype=ring_index_dtypes), _row_rows(row_strides, element_strides, unaligned)
-        )
-        return keys.unique_keys(self.dispatch, rows)
+        return keys.unique_keys(self.dispatch, keys.product(ring_slots_dtype=ring_index_dtypes))
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = _row_stand_ins(key.key_stride0, key.key_stride2, key.z_stride0, key.z_stride2, key.aligned)
+        k, z = _row_stand_ins()
         return dict(key=k, z=z, metadata=_index("int32", (16, 3)), ring_slots=_index(key.ring_slots_dtype),
-                    ring=_ring_stand_in(key.aligned))
+                    ring=_ring_stand_in())
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(num_warps=key.num_warps)
@@ -349,7 +327,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
                 key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
                 n_groups=n_groups,
             ),
-            key=self.dispatch(ring_slots_dtype=ring_slots.dtype, **_row_key_fields(key, z, ring)),
+            key=self.dispatch(ring_slots_dtype=ring_slots.dtype),
         )
 
 

@@ -9,17 +9,16 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, int_representative
+from jitkern import LaunchSpec, TritonJitKernel
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
     _dtype_name,
+    FIXED_STRIDES,
     _index,
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_key_fields,
-    _row_rows,
     _row_stand_ins,
 )
 from step5.ops._summary_math import (
@@ -88,6 +87,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
     name = "step5.update_verify"
     kernel = _update_verify_kernel
     compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
+    fixed_strides = FIXED_STRIDES
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -98,55 +98,43 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         query_start_loc_dtype: str
         seq_lens_dtype: str
         ring_base_dtype: str
-        key_stride0: int
-        key_stride2: int
-        z_stride0: int
-        z_stride2: int
-        mean_stride0: int
-        aligned: bool  # key, z, mean and ring 16-byte aligned
         num_warps: int = _NUM_WARPS
 
-    def dispatch(self, *, slots_dtype, query_start_loc_dtype, seq_lens_dtype, ring_base_dtype, mean_stride0,
-                 block_size, ring_capacity, query_len, **row_fields) -> CompileKey:
+    def dispatch(self, *, slots_dtype, query_start_loc_dtype, seq_lens_dtype, ring_base_dtype,
+                 block_size, ring_capacity, query_len) -> CompileKey:
         return self.CompileKey(
             block_size=block_size, ring_capacity=ring_capacity, query_len=query_len,
             slots_dtype=_dtype_name(slots_dtype), query_start_loc_dtype=_dtype_name(query_start_loc_dtype),
             seq_lens_dtype=_dtype_name(seq_lens_dtype), ring_base_dtype=_dtype_name(ring_base_dtype),
-            mean_stride0=int_representative(mean_stride0), **row_fields,
         )
 
     def get_warmup_keys(
         self, *, block_size: int, ring_capacity: int, draft_tokens: int, slot_dtypes: list[str] = ["int64"],
         query_start_loc_dtypes: list[str] = ["int32"], seq_lens_dtypes: list[str] = ["int32"],
-        ring_index_dtypes: list[str] = ["int32"], row_strides: list[int] = [256],
-        element_strides: list[int] = [1], unaligned: bool = False,
+        ring_index_dtypes: list[str] = ["int32"],
     ) -> list[CompileKey]:
         """``draft_tokens`` is k: every verify step carries q = 1 + k tokens per request."""
         _check_deployment(block_size=block_size, ring_capacity=ring_capacity, draft_tokens=draft_tokens,
                           slot_dtypes=slot_dtypes, query_start_loc_dtypes=query_start_loc_dtypes,
                           seq_lens_dtypes=seq_lens_dtypes, ring_index_dtypes=ring_index_dtypes)
-        rows = keys.combine(
-            keys.product(
-                slots_dtype=slot_dtypes, query_start_loc_dtype=query_start_loc_dtypes,
-                seq_lens_dtype=seq_lens_dtypes, ring_base_dtype=ring_index_dtypes,
-            ),
-            _row_rows(row_strides, element_strides, unaligned),
+        rows = keys.product(
+            slots_dtype=slot_dtypes, query_start_loc_dtype=query_start_loc_dtypes,
+            seq_lens_dtype=seq_lens_dtypes, ring_base_dtype=ring_index_dtypes,
         )
         return keys.unique_keys(
             lambda **row: self.dispatch(
-                block_size=block_size, ring_capacity=ring_capacity, query_len=1 + draft_tokens, mean_stride0=16, **row
+                block_size=block_size, ring_capacity=ring_capacity, query_len=1 + draft_tokens, **row
             ),
             rows,
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = _row_stand_ins(key.key_stride0, key.key_stride2, key.z_stride0, key.z_stride2, key.aligned)
+        k, z = _row_stand_ins()
         return dict(
             key=k, z=z, slots=_index(key.slots_dtype, (4 * key.query_len,)),
             query_start_loc=_index(key.query_start_loc_dtype, (5,)), seq_lens=_index(key.seq_lens_dtype, (4,)),
             ring_base=_index(key.ring_base_dtype, (4 * key.query_len,)),
-            mean=_mean_stand_in(key.block_size, key.mean_stride0, key.aligned), ring=_ring_stand_in(key.aligned),
-            capacity=key.ring_capacity,
+            mean=_mean_stand_in(key.block_size), ring=_ring_stand_in(), capacity=key.ring_capacity,
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
@@ -167,8 +155,8 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, query_start_loc_dtype=query_start_loc.dtype, seq_lens_dtype=seq_lens.dtype,
-                ring_base_dtype=ring_base.dtype, mean_stride0=mean.stride(0), block_size=block_size,
-                ring_capacity=capacity, query_len=query_len, **_row_key_fields(key, z, mean, ring),
+                ring_base_dtype=ring_base.dtype, block_size=block_size, ring_capacity=capacity,
+                query_len=query_len,
             ),
         )
 

@@ -61,11 +61,13 @@ def assert_rel_close(got: torch.Tensor, want: torch.Tensor, what: str = "") -> N
 
 
 def manifest_keys() -> dict[str, set]:
-    """Every key the shipped DeepSeek V4 manifests enumerate, by kernel name.
+    """Every binary key the shipped DeepSeek V4 manifests enumerate, by kernel name.
 
-    Read with plain ``json`` and each kernel's own ``get_warmup_keys``: the single source
-    of variants, independent of the loader's validation (tested separately).
+    Read with plain ``json``, each kernel's own ``get_warmup_keys`` and jitkern's layouts of
+    its keys: the single source of variants, independent of the loader's validation
+    (tested separately).
     """
+    from jitkern import Layout
     from jitkern.registry import get_kernel, import_modules
 
     known: dict[str, set] = {}
@@ -74,5 +76,8 @@ def manifest_keys() -> dict[str, set]:
         import_modules(manifest["modules"])
         for entry in manifest["kernels"]:
             kernel = get_kernel(entry["kernel"])
-            known.setdefault(kernel.name, set()).update(kernel.get_warmup_keys(**entry["config"]))
+            declared = {**manifest.get("layout", {}), **entry.get("layout", {})}
+            layout = Layout(**{field: frozenset(names) for field, names in declared.items()})
+            known.setdefault(kernel.name, set()).update(
+                kernel.binary_keys(kernel.get_warmup_keys(**entry["config"]), layout))
     return known

@@ -55,8 +55,8 @@ def test_manifest_compiles_for_cuda90_without_a_gpu(triton_cache):
             kernel = get_kernel(name)
             for key in keys:
                 binary = kernel.compile(key)
-                assert binary.metadata.num_warps == key.num_warps
-                assert binary.metadata.launch_pdl == key.launch_pdl
+                assert binary.metadata.num_warps == key.key.num_warps
+                assert binary.metadata.launch_pdl == key.key.launch_pdl
                 compiled += 1
     print(f"compiled {compiled} deepseek_v4 keys for cuda:90 in {time.perf_counter() - started:.1f}s")
 

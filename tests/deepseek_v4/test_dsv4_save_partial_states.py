@@ -162,21 +162,23 @@ def test_warmup_keys_follow_the_spec_table():
         kernel.compile(key)  # under the interpreter: checks warmup_inputs dispatches to key
 
 
-def test_key_pins_what_triton_specialises_on():
-    """Index dtypes, alignment of a view at an odd column, stride classes, PDL."""
+def test_a_binary_is_named_by_what_triton_specialises_on():
+    """Index dtypes (the compile key); alignment of a view at an odd column and stride
+    classes (the layout jitkern derives)."""
     kernel = SavePartialStatesKernel()
     inputs, _ = _case(4, 16, 16, 4, 4, blocks=2)
-    base = kernel.launch_spec(**inputs).key
+    base = kernel.binary_key(kernel.launch_spec(**inputs))
     variants = [
         dict(positions=inputs["positions"].int()),
         dict(slot_mapping=inputs["slot_mapping"].int()),
         dict(score=torch.randn(4, 40)[:, 1:17]),  # 4-byte offset: not 16-byte aligned
         dict(kv=torch.randn(4, 16)),  # row stride 16 (divisible) instead of 37
     ]
-    keys = [kernel.launch_spec(**{**inputs, **variant}).key for variant in variants]
-    assert len({base, *keys}) == 1 + len(variants)
+    binaries = [kernel.binary_key(kernel.launch_spec(**{**inputs, **variant})) for variant in variants]
+    assert len({base, *binaries}) == 1 + len(variants)
+    assert binaries[2].key == base.key and "Score_ptr" in binaries[2].layout
     # Another stride of the same Triton class shares the binary.
     same_class = dict(kv=torch.randn(4, 80)[:, :16])  # 2*16+5=37 -> 17; 80 % 16 == 0 -> 16: differs
-    assert kernel.launch_spec(**{**inputs, **same_class}).key != base
+    assert kernel.binary_key(kernel.launch_spec(**{**inputs, **same_class})) != base
     odd = dict(kv=torch.randn(4, 41)[:, :16])  # 41: same class as 37
-    assert kernel.launch_spec(**{**inputs, **odd}).key == base
+    assert kernel.binary_key(kernel.launch_spec(**{**inputs, **odd})) == base

@@ -35,7 +35,7 @@ import deepseek_v4  # noqa: F401 - the kernel modules, imported once rather than
 import jitkern.examples.axpy  # noqa: F401
 import step5.ops.summary_update  # noqa: F401
 from jitkern import registry
-from jitkern.kernel import key_name
+from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import ManifestError, load_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +52,8 @@ SAFE_MODULES = KERNEL_MODULES + [
     "with-dash", "nul\x00byte", "slash/name", "\ud800", "é_no_such_module",
 ]
 FIELD_NAMES = sorted(
-    {"format_version", "name", "description", "targets", "modules", "kernels", "kernel", "config", "keys"}
+    {"format_version", "name", "description", "targets", "modules", "kernels", "kernel", "config", "keys", "layout",
+     "unaligned", "strided"}
     | {name for kernel in KERNELS.values() for name in inspect.signature(kernel.get_warmup_keys).parameters}
     | {field.name for kernel in KERNELS.values() for field in dataclasses.fields(kernel.CompileKey)}
 )
@@ -81,7 +82,7 @@ json_values = st.recursive(
 VALID_KEYS: dict[str, list[dict]] = {}
 for _path in SHIPPED:
     for _entry in load_manifest(_path).entries:
-        VALID_KEYS.setdefault(_entry.kernel.name, []).extend(dataclasses.asdict(key) for key in _entry.keys[:4])
+        VALID_KEYS.setdefault(_entry.kernel.name, []).extend(key_fields(key) for key in _entry.keys[:4])
 
 
 # --- the property --------------------------------------------------------------------------
@@ -101,10 +102,11 @@ def check_file(path: Path) -> None:
         assert type(entry.kernel) is type(KERNELS[entry.kernel.name])
         assert isinstance(entry.keys, tuple) and entry.keys, entry
         hints = typing.get_type_hints(type(entry.kernel).CompileKey)
-        for key in entry.keys:
-            assert isinstance(key, type(entry.kernel).CompileKey)
-            hash(key)
-            key_name(key)  # printable (a key of an integer Python cannot print would break reports)
+        for binary in entry.keys:
+            key = binary.key
+            assert isinstance(key, type(entry.kernel).CompileKey) and isinstance(binary.layout, str)
+            hash(binary)
+            key_name(binary)  # printable (a key of an integer Python cannot print would break reports)
             for field in dataclasses.fields(key):
                 assert type(getattr(key, field.name)) is hints[field.name], (field.name, key)
     assert len(loaded.entries) == len(loaded.manifest.kernels) >= 1 and loaded.manifest.targets
@@ -428,7 +430,7 @@ def test_deep_nesting_inside_a_manifest():
     """Deep JSON the loader can parse, where pydantic walks it (an unknown key and a config value)."""
     document = json.loads(json.dumps(DOCUMENTS["jitkern-example.json"]))
     deep = "[" * 900 + "]" * 900
-    text = json.dumps(document).replace('"unaligned": true', f'"unaligned": {deep}')
+    text = json.dumps(document).replace('"unaligned": [', f'"unaligned": [{deep}, ')
     check_bytes(text.encode())
     check_bytes(text.replace('"format_version"', f'"deep": {deep}, "format_version"').encode())
 
@@ -461,6 +463,6 @@ def test_huge_values_are_bounded():
     step5["kernels"][4]["config"]["draft_tokens"] = int("9" * 4300)  # q = 1 + k: 4301 digits, unprintable
     assert manifest_error(step5) == "kernels[4].config.draft_tokens: integer out of the 64-bit range"
 
-    ring = {"kernel": "step5.write_ring", "config": {"ring_index_dtypes": ["int32"] * 100, "row_strides": [256] * 60}}
+    ring = {"kernel": "step5.write_ring", "config": {"ring_index_dtypes": ["int32"] * 6000}}
     step5["kernels"] = [ring, ring]  # 6000 combinations each, 10000 at most for the manifest
     assert manifest_error(step5).startswith("kernels[1].config: the manifest's configs pass 10000 combinations")

@@ -16,8 +16,7 @@ pytestmark = pytest.mark.compiled
 
 # Requests of a serving loop: (dtype, elements). The float16 one is outside a float32 deployment.
 REQUESTS = [(torch.float32, 1), (torch.float32, 64), (torch.float32, 1000), (torch.float16, 33), (torch.float32, 17)]
-UNSEEN = "jitkern.example.axpy[dtype=float16,block_size=1024,n_elements=17,x_aligned=True,y_aligned=True," \
-         "out_aligned=True]"
+UNSEEN = "jitkern.example.axpy[dtype=float16,block_size=1024,layout=n_elements:i32]"
 
 
 def serve() -> int:
@@ -47,8 +46,7 @@ def test_error_mode_names_kernel_key_and_the_entry_to_add(dry_run_gpu, tmp_path)
     assert message.startswith(f"serve-time compile of {UNSEEN}")
     entry = json.loads(message.split("a manifest entry covering it: ", 1)[1])
     assert entry == {"kernel": "jitkern.example.axpy", "keys": [{
-        "dtype": "float16", "block_size": 1024, "n_elements": 17, "x_aligned": True, "y_aligned": True,
-        "out_aligned": True}]}
+        "dtype": "float16", "block_size": 1024, "layout": "n_elements:i32"}]}
 
 
 def test_record_mode_then_merge_and_warm_again_serves_with_zero_compiles(dry_run_gpu, triton_cache, tmp_path):

@@ -307,7 +307,8 @@ def test_serving_from_a_read_only_cache(tmp_path):
 
     refused = serve("error", wider, cache, private)
     assert "load refused: 3 of 6 keys are not usable" in refused and f"{AXPY}[dtype=float16" in refused
-    assert f"launch refused: serve-time compile of {AXPY}[dtype=float16,block_size=1024,n_elements=17" in refused
+    assert f"launch refused: serve-time compile of {AXPY}[dtype=float16,block_size=1024,layout=n_elements:i32" \
+        in refused
 
     compiled = serve("warn", wider, cache, private)
     assert "served" in compiled and "is not writable" in compiled and f"private directory {private}" in compiled
