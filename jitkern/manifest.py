@@ -229,11 +229,16 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
         raise ManifestError(f"{where}.config: {entry.kernel} rejects it: {type(error).__name__}: {error}") from error
     if not keys:
         raise ManifestError(f"{where}.config: {entry.kernel} enumerates no keys for this config")
-    layout = _kernel_layout(where, kernel, keys[0], entry.layout or LayoutDomain(), shared)
     try:
+        layout = _kernel_layout(where, kernel, keys[0], entry.layout or LayoutDomain(), shared)
         binaries = kernel.binary_keys(keys, layout)
+    except ManifestError:
+        raise
     except ValueError as error:
         raise ManifestError(f"{where}.layout: {error}") from None
+    except Exception as error:  # e.g. Triton refusing a stand-in's stride of a huge config value
+        raise ManifestError(f"{where}.config: {entry.kernel} cannot launch its keys: {type(error).__name__}: "
+                            f"{error}") from error
     return ResolvedEntry(index, kernel, config, tuple(binaries))
 
 
