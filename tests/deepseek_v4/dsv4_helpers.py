@@ -10,8 +10,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((REPO / "warmup_manifests").glob("deepseek_v4-*.json"))
-GOLDEN = Path(os.environ.get("JITKERN_GOLDEN_DIR", Path(__file__).resolve().parents[3] / "shared" / "golden")) \
-    / "deepseek_v4_windows.pt"
+GOLDEN = Path(os.environ.get("JITKERN_GOLDEN_DIR", REPO / "tests" / "golden")) / "deepseek_v4_windows.pt"
 
 # Softmax over at most 128 rows in float32 against a float64 reference: a few ulps per
 # term. The issue asks for 1e-5 relative; errors seen are ~3e-7.
