@@ -1,6 +1,6 @@
 """DeepSeek V4 compressor states: the partial-state store and the window compressor.
 
-``spec/deepseek-v4-compressor.md`` gives the semantics; ``reference.py`` is the PyTorch
+``docs/spec/deepseek-v4-compressor.md`` gives the semantics; ``reference.py`` is the PyTorch
 reference of both, for tests and benchmarks only.
 """
 

@@ -1,6 +1,6 @@
 """What the store and the compressor share: the two ratios' layouts, dtypes, PDL.
 
-The table of ``spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
+The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
 validation and the kernels' launchers cannot disagree on a width or a block size.
 """
 

@@ -2,7 +2,7 @@
 
 A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is,
 per dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``
-(``spec/deepseek-v4-compressor.md``). The rows are read from the paged state cache that
+(``docs/spec/deepseek-v4-compressor.md``). The rows are read from the paged state cache that
 ``save_partial_states`` wrote, through the request's block table. Tokens that close no
 window leave their output row untouched.
 

@@ -1,7 +1,7 @@
 """The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache.
 
 Tokens of a window that has not closed wait in the cache until the window's last token
-arrives (``spec/deepseek-v4-compressor.md``). One program per token; padding tokens
+arrives (``docs/spec/deepseek-v4-compressor.md``). One program per token; padding tokens
 (slot -1) exit at once; nothing else of the cache is touched.
 """
 

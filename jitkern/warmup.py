@@ -1,7 +1,7 @@
 """``python -m jitkern.warmup``: compile, list or check every variant of a deployment.
 
     python -m jitkern.warmup MANIFEST... [--target cuda:90] [--cache-dir DIR] [--jobs N]
-                             [--check] [--list] [--report FILE]
+                             [--check | --list | --load] [--report FILE] [--no-progress]
     python -m jitkern.warmup schema
     python -m jitkern.warmup merge-record RECORD MANIFEST
 
@@ -245,11 +245,31 @@ def _progress_bar(total: int, description: str, enabled: bool):
     return tqdm(total=total, desc=description, unit="key", disable=not enabled, file=sys.stderr, mininterval=0.5)
 
 
+# Shown after the options by --help: the main uses, for a reader who has not read the README.
+EXAMPLES = """\
+examples:
+  compile two deployments for an H200 on any machine (no GPU needed):
+    python -m jitkern.warmup warmup_manifests/step5-bs256-mtp3.json warmup_manifests/deepseek_v4-h200.json \\
+        --target cuda:90 --cache-dir .triton-cache
+  check that a cache holds every key, whole (exit 1 names each missing or damaged key):
+    python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .triton-cache --check
+  print every key of a manifest, one a line:
+    python -m jitkern.warmup warmup_manifests/deepseek_v4-h200.json --list
+  warm start on the serving GPU: load every binary from the cache, compile nothing:
+    TRITON_CACHE_DIR=/srv/triton-cache python -m jitkern.warmup warmup_manifests/deepseek_v4-h200.json --load
+  add the keys a guard recorded while serving (JITKERN_GUARD=record) to a manifest:
+    python -m jitkern.warmup merge-record guard-record.jsonl warmup_manifests/deepseek_v4-h200.json
+  print the manifest JSON Schema:
+    python -m jitkern.warmup schema
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup",
-        description="Compile every kernel variant of the manifests into Triton's cache, ahead of serving. "
-        "'python -m jitkern.warmup schema' prints the manifest JSON Schema.",
+        description="Compile every kernel variant of the manifests into Triton's cache, ahead of serving.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the examples' lines as written
     )
     parser.add_argument("manifests", nargs="+", metavar="MANIFEST", help="warmup manifest JSON files")
     parser.add_argument("--target", help="compile for this GPU target (e.g. cuda:90) on any machine, no GPU needed")

@@ -1,4 +1,4 @@
-"""The pytest plugin (entry point ``jitkern``): the fixture ``assert_no_compile``.
+"""The pytest plugin ``jitkern_pytest`` (also loaded as ``-p jitkern``): the fixture ``assert_no_compile``.
 
 A package of its own, outside ``jitkern``, so that loading it imports neither jitkern nor
 Triton: pytest loads plugins before ``conftest.py``, and Triton must not be imported

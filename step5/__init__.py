@@ -1,4 +1,4 @@
-"""Step5 CSA region summaries (``spec/step5-csa.md``) as jitkern kernels.
+"""Step5 CSA region summaries (``docs/spec/step5-csa.md``) as jitkern kernels.
 
 ``Step5CSATailRing`` keeps the rows of open regions; ``Step5SparseSummaryCache`` writes the
 fp8 summary of each closed region through ``step5.ops.summary_update``;

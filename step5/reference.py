@@ -1,4 +1,4 @@
-"""PyTorch reference of Step5 CSA region summaries, written from ``spec/step5-csa.md``.
+"""PyTorch reference of Step5 CSA region summaries, written from ``docs/spec/step5-csa.md``.
 
 Imported only by tests and benchmarks. Nothing here looks at the kernels: each function
 restates one paragraph of the spec, in the plainest PyTorch that computes it.

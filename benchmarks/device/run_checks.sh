@@ -3,14 +3,15 @@
 #
 #   bash benchmarks/device/run_checks.sh [steps...]     steps: check tests launch warmup step5 (default: all)
 #
-# Expects three ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
-# their dependencies as cp312 wheels: the device image lacks them), .golden/ (a copy of
-# ../shared/golden) and .cache-h200/ (the shipped manifests compiled for cuda:90 on a CPU
-# machine: python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .cache-h200).
+# Expects two ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
+# their dependencies as cp312 wheels: the device image lacks them) and .cache-h200/ (the
+# shipped manifests compiled for cuda:90 on a CPU machine:
+# python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .cache-h200).
+# The golden vectors travel with the tree, in tests/golden/.
 # Each step runs even if one before it failed; the summary lines come last.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD" JITKERN_GOLDEN_DIR="$PWD/.golden" TRITON_CACHE_DIR="$PWD/.cache-h200"
+export PYTHONPATH="/tmp/site:$PWD" TRITON_CACHE_DIR="$PWD/.cache-h200"
 steps="${*:-check tests launch warmup step5}"
 summary=()
 step() {  # step NAME TIMEOUT COMMAND...

@@ -1,4 +1,4 @@
-"""Step5 CSA region summaries: the three update paths (``spec/step5-csa.md``).
+"""Step5 CSA region summaries: the three update paths (``docs/spec/step5-csa.md``).
 
 A region is 8 positions of one request; the token at position ``p % 8 == 7`` closes it and
 its summary (an fp32 online softmax of the 8 ``[key | z]`` rows with a scalar running

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from warmup_testing import EXAMPLE, REPO, cache_entries, launchers, report_of, totals, warmup
+from warmup_testing import EXAMPLE, REPO, cache_entries, cli, launchers, report_of, totals, warmup
 
 pytestmark = pytest.mark.compiled
 
@@ -55,6 +55,15 @@ def test_list_prints_every_key_and_the_count(tmp_path):
     assert lines[-1] == "72 keys" and len(lines) == 73
     assert all(line.startswith("jitkern.example.axpy[dtype=") for line in lines[:-1])
     assert not list(tmp_path.iterdir())
+
+
+def test_help_shows_an_example_of_each_main_use(tmp_path):
+    run = cli("--help", cache_dir=tmp_path)
+    assert run.returncode == 0, run.stderr
+    examples = run.stdout.split("examples:\n", 1)[1].replace("\\\n", " ")  # join continued lines
+    commands = [line for line in examples.splitlines() if "python -m jitkern.warmup" in line]
+    for use in ("--target cuda:90", "--check", "--list", "--load", "merge-record", "schema"):
+        assert any(use in command for command in commands), use
 
 
 def test_bad_manifest_compiles_nothing(tmp_path):

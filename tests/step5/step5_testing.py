@@ -11,8 +11,8 @@ import torch
 
 from step5.reference import assert_summaries_close
 
-GOLDEN = Path(os.environ.get("JITKERN_GOLDEN_DIR", Path(__file__).resolve().parents[3] / "shared" / "golden"))
-"""The golden vectors: ``shared/golden`` beside the checkout (or ``JITKERN_GOLDEN_DIR``)."""
+GOLDEN = Path(os.environ.get("JITKERN_GOLDEN_DIR", Path(__file__).resolve().parents[1] / "golden"))
+"""The golden vectors: ``tests/golden`` (or ``JITKERN_GOLDEN_DIR``)."""
 
 
 def load_golden(name: str) -> dict:
