@@ -16,9 +16,11 @@ config, each tensor of the key's stand-ins is drawn on its own:
   even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
   contiguous if its stand-in is, or as its stand-in;
 - the size of every dimension its stand-in declares ``varying``: 0, 1, 15, 16, 17,
-  others, and up to 2**31 - 1 elements in all (beyond with ``large_ints``).
+  others, up to the kernel's ``size_limit``, and up to 2**31 - 1 elements in all
+  (beyond with ``large_ints``).
 
-A drawn launch whose key is not the one drawn (a size the key depends on) is dropped.
+A drawn launch whose key is not the one drawn (a size the key depends on), or whose sizes
+do not fit together (``__call__`` raises), is dropped.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
     ``warmed`` builds, e.g. a manifest's). Compiles nothing: a binary warmup builds is
     named by the key Triton's binder gives its stand-ins. Returns how many launches
     were checked."""
-    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import HealthCheck, assume, given, reject, settings
     from hypothesis import strategies as st
 
     from jitkern.targets import compile_only, parse_target
@@ -91,9 +93,13 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
         @given(st.data())
         def a_drawn_launch_hits_a_warmed_binary(data):
             key, plan = data.draw(st.sampled_from(plans), label="key")
-            inputs = {name: _draw_tensor(data, name, part, kernel.large_ints) if isinstance(part, _TensorPlan)
+            inputs = {name: _draw_tensor(data, name, part, kernel.large_ints, kernel.size_limit)
+                      if isinstance(part, _TensorPlan)
                       else part for name, part in plan.items()}
-            spec = kernel.launch_spec(**inputs)
+            try:
+                spec = kernel.launch_spec(**inputs)
+            except Exception:  # sizes that do not fit together, which the public function refuses
+                reject()
             assume(spec.key == key)
             checked.append(1)
             if triton_lookup_key(kernel, spec) not in lookup_keys:
@@ -130,13 +136,14 @@ def _plan(kernel: TritonJitKernel, key: Any, layout: Layout) -> dict[str, Any]:
     return plan
 
 
-def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool) -> DrawnTensor:
+def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limit: int) -> DrawnTensor:
     from hypothesis import assume
     from hypothesis import strategies as st
 
     stand_in = plan.stand_in
     limit = 2**48 if large else I32_LIMIT
-    sizes = st.sampled_from(_BOUNDARY_SIZES + (_LARGE if large else [])) | st.integers(0, 300)
+    boundary = [size for size in _BOUNDARY_SIZES + (_LARGE if large else []) + [size_limit - 1] if size < size_limit]
+    sizes = st.sampled_from(boundary) | st.integers(0, 300)
     shape = [data.draw(sizes, label=f"{name}.shape[{dim}]") if dim in plan.varying_dims else size
              for dim, size in enumerate(stand_in.shape)]
     assume(_numel(shape) < limit)

@@ -252,6 +252,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     large_ints: ClassVar[bool] = False
     """Whether a runtime integer (a size, a stride) can reach 2**31. When False, the public
     function must refuse such launches: they would need i64 binaries."""
+    size_limit: ClassVar[int] = 2**31
+    """Every dimension of a tensor argument is below this; the public function refuses larger
+    ones. With ``large_ints`` False, it keeps sizes and what ``__call__`` computes from them i32."""
     pinned_by_key: ClassVar[frozenset[str]] = frozenset()
     """Runtime integers whose value the compile key fixes (a capacity the key names): one
     class, the stand-ins'. Every other integer that is not a tensor's stride may take any value."""

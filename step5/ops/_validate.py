@@ -14,6 +14,7 @@ from jitkern.validation import same_device as check_same_device  # noqa: F401 - 
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 RING_ROW = 512
+SIZE_LIMIT = 2**30  # tokens, requests: what the kernels compute from them stays i32 (their binaries)
 
 
 def _describe(tensor) -> str:
@@ -30,6 +31,11 @@ def check_rows(key, z) -> int:
             raise ValueError(f"{name}: expected bfloat16 [tokens, 1, 256], got {_describe(tensor)}")
     if key.shape[0] != z.shape[0]:
         raise ValueError(f"z: {z.shape[0]} tokens, but key has {key.shape[0]}")
+    if key.shape[0] >= SIZE_LIMIT:
+        raise ValueError(f"key: {key.shape[0]} tokens; at most {SIZE_LIMIT - 1} in one step")
+    for name, tensor in (("key", key), ("z", z)):
+        if max(tensor.stride()) >= 2**31:
+            raise ValueError(f"{name}: strides {tuple(tensor.stride())} must be below 2**31")
     return key.shape[0]
 
 
@@ -41,6 +47,9 @@ def check_index(name: str, tensor, tokens: int | None, strided: bool = False, co
         raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor, got {_describe(tensor)}")
     if tokens is not None and tensor.shape[0] != tokens:
         raise ValueError(f"{name}: {tensor.shape[0]} entries, but {counted_by} has {tokens} tokens")
+    if tensor.shape[0] >= SIZE_LIMIT or tensor.stride(0) >= 2**31:
+        raise ValueError(f"{name}: {tensor.shape[0]} entries of stride {tensor.stride(0)}; at most "
+                         f"{SIZE_LIMIT - 1} entries, strides below 2**31")
     if tensor.shape[0] > 1 and (tensor.stride(0) <= 0 if strided else tensor.stride(0) != 1):
         raise ValueError(f"{name}: stride {tensor.stride(0)} not supported; expected "
                          f"{'a positive stride' if strided else 'a contiguous tensor'}")
@@ -54,6 +63,8 @@ def check_mean(mean) -> None:
         raise ValueError("mean: a block must hold at least one region (block_size >= 8)")
     if mean.stride(1) != 256 or mean.stride(2) != 1:
         raise ValueError(f"mean: inner strides must be (256, 1), got {tuple(mean.stride())[1:]}")
+    if mean.stride(0) >= 2**31:
+        raise ValueError(f"mean: block stride {mean.stride(0)} must be below 2**31")
 
 
 def check_ring(ring, capacity, draft_tokens: int) -> None:

@@ -33,7 +33,7 @@ from step5.ops._summary_math import (
     _store_summary,
     _summarize_region,
 )
-from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
+from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
 # ptxas register cap (None: ptxas decides). Decode is one wave of latency-bound programs:
 # registers are free, and with the cap raised ptxas issues all 14 ring loads at once (at
@@ -85,6 +85,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
     kernel = _update_decode_kernel
     compile_cost = 0.6  # seconds a key on our CPU machine
     fixed_strides = FIXED_STRIDES
+    size_limit = SIZE_LIMIT
 
     @dataclass(frozen=True)
     class CompileKey:

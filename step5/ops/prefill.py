@@ -30,7 +30,7 @@ from step5.ops._rows import (
     _row_stand_ins,
 )
 from step5.ops._summary_math import _loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region
-from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
+from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 # ptxas register cap (None: ptxas decides). Prefill is a throughput kernel: ptxas picks 128
@@ -96,6 +96,7 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
     name = "step5.build_prefill_groups"
     kernel = _build_prefill_groups_kernel
     fixed_strides = FIXED_STRIDES
+    size_limit = SIZE_LIMIT
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -208,6 +209,7 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
     kernel = _prefill_summary_kernel
     compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
     fixed_strides = FIXED_STRIDES
+    size_limit = SIZE_LIMIT
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -296,6 +298,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
     name = "step5.write_ring"
     kernel = _write_ring_kernel
     fixed_strides = FIXED_STRIDES
+    size_limit = SIZE_LIMIT
 
     @dataclass(frozen=True)
     class CompileKey:

@@ -29,7 +29,7 @@ from step5.ops._summary_math import (
     _store_summary,
     _summarize_region,
 )
-from step5.ops._validate import check_index, check_mean, check_ring, check_rows, check_same_device
+from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
 
 @triton.jit(
@@ -88,6 +88,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
     kernel = _update_verify_kernel
     compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
     fixed_strides = FIXED_STRIDES
+    size_limit = SIZE_LIMIT
 
     @dataclass(frozen=True)
     class CompileKey:

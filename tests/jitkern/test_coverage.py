@@ -1,0 +1,86 @@
+"""The coverage checker on every shipped kernel: launches drawn from a layout domain, each
+pointer at its own offset, odd and huge strides, boundary sizes, every index dtype of the
+shipped configs, all hit a binary that warming the domain builds (Triton's lookup key,
+compile-only for cuda:90)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jitkern import Layout, registry
+from jitkern.testing import check_coverage
+
+pytestmark = pytest.mark.compiled
+
+MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").glob("*.json"))
+
+# Wider than the shipped manifests' layouts: what each public function accepts, within
+# jitkern's bound on binaries per key.
+ROWS = {"unaligned": ["key", "z", "mean", "ring"], "strided": ["key.0", "z.0", "mean.0", "positions"]}
+WIDE_LAYOUTS = {
+    "jitkern.example.axpy": {"unaligned": ["x", "y", "out"]},
+    "step5.update_decode": ROWS,
+    "step5.prefill_summary": ROWS,
+    "step5.update_verify": ROWS,
+    "step5.write_ring": {"unaligned": ["key", "z", "ring"], "strided": ["key.0", "z.0", "key.2"]},
+    "step5.build_prefill_groups": {"strided": ["positions"]},
+    "deepseek_v4.save_partial_states": {"unaligned": ["kv", "score", "ape", "state_cache"],
+                                        "strided": ["kv.0", "score.0"]},
+    "deepseek_v4.compress_windows": {"unaligned": ["state_cache", "out"], "strided": ["state_cache.0", "out.0"]},
+}
+
+
+def shipped_configs():
+    """(kernel name, config) of every config entry of the shipped manifests, once each."""
+    seen = {}
+    for path in MANIFESTS:
+        document = json.loads(path.read_text())
+        registry.import_modules(document["modules"])
+        for entry in document["kernels"]:
+            seen.setdefault(json.dumps([entry["kernel"], entry["config"]], sort_keys=True), entry)
+    return [(entry["kernel"], entry["config"]) for entry in seen.values()]
+
+
+CONFIGS = shipped_configs()
+
+
+def test_every_shipped_kernel_has_a_wide_layout_here():
+    assert {name for name, _ in CONFIGS} == set(WIDE_LAYOUTS)
+
+
+@pytest.mark.parametrize("name, config", CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
+def test_launches_drawn_from_a_wide_layout_hit_warmed_binaries(name, config):
+    assert check_coverage(registry.get_kernel(name), config, WIDE_LAYOUTS[name], max_examples=40) > 0
+
+
+@pytest.mark.parametrize("name, config", CONFIGS[:1] + [c for c in CONFIGS if c[0] != CONFIGS[0][0]][:3])
+def test_launches_drawn_from_the_default_layout_hit_warmed_binaries(name, config):
+    assert check_coverage(registry.get_kernel(name), config, max_examples=40) > 0
+
+
+def test_a_warmup_narrower_than_the_deployment_fails_naming_the_argument():
+    """The issue's deployment: z a slice of a wider projection (8 bytes off 16), key aligned."""
+    kernel = registry.get_kernel("step5.update_decode")
+    config = {"block_size": 64, "ring_capacity": 8}
+    deployment = {"unaligned": ["z"], "strided": ["z.0"]}
+    assert check_coverage(kernel, config, deployment, max_examples=60) > 0
+    one_flag_for_all = kernel.binary_keys(kernel.get_warmup_keys(**config),
+                                          Layout(unaligned=frozenset({"key"}), strided=frozenset({"z.0"})))
+    with pytest.raises(AssertionError, match=r"z: a bf16 tensor not 16-byte aligned; warmed binaries all assume a "
+                                             r"bf16 tensor 16-byte aligned"):
+        check_coverage(kernel, config, deployment, warmed=one_flag_for_all, max_examples=200)
+
+
+def test_a_contiguous_stride_over_a_varying_dimension_is_warmed_in_every_class():
+    """A block table row holds max_blocks entries, which varies by deployment: its stand-in
+    declares that dimension varying, so its row stride is warmed as 1, 16k and other."""
+    kernel = registry.get_kernel("deepseek_v4.compress_windows")
+    config = {"head_dim": 128, "compress_ratio": 4, "index_dtypes": ["int32"]}
+    keys = kernel.get_warmup_keys(**config)
+    assert {binary.layout for binary in kernel.binary_keys(keys)} == \
+        {"", "block_table_row_stride:1", "block_table_row_stride:i32"}
+    assert check_coverage(kernel, config, max_examples=80) > 0
+    base_only = [binary for binary in kernel.binary_keys(keys) if not binary.layout]
+    with pytest.raises(AssertionError, match=r"block_table.stride\(0\): (equal to 1|i32 not a multiple of 16)"):
+        check_coverage(kernel, config, warmed=base_only, max_examples=200)
