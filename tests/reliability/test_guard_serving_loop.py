@@ -1,6 +1,7 @@
 """The guard in a serving loop that meets a key outside its manifest (issue 6, promise 8)."""
 
 import json
+import random
 
 import pytest
 import torch
@@ -73,5 +74,45 @@ def test_record_mode_then_merge_and_warm_again_serves_with_zero_compiles(dry_run
         guard.set_mode("error")
         with assert_no_compile():
             assert serve() == len(REQUESTS)
+    finally:
+        guard.set_mode("off")
+
+
+def mixed_alignment_traffic(requests: int = 40) -> list[tuple[int, tuple[int, int, int]]]:
+    """(elements, offsets of x, y and out in elements): each pointer aligned or not on its own."""
+    rng = random.Random(20261201)
+    return [(rng.choice([1, 15, 16, 17, 100, 1024, 4099]), tuple(rng.randrange(4) for _ in range(3)))
+            for _ in range(requests)]
+
+
+def serve_traffic(traffic) -> None:
+    for elements, (x_at, y_at, out_at) in traffic:
+        x, y, out = (torch.randn(elements + 4)[at:at + elements] for at in (x_at, y_at, out_at))
+        axpy(x, y, 0.5, out=out)
+
+
+def test_record_merge_and_warm_converge_for_mixed_alignment_traffic(dry_run_gpu, triton_cache, tmp_path):
+    """Whatever layouts the traffic has: one round of record -> merge-record -> warm, and the
+    same traffic compiles nothing."""
+    manifest = example_manifest(tmp_path / "serving.json", dtypes=["float32"])  # aligned tensors only
+    record, traffic = tmp_path / "unseen.jsonl", mixed_alignment_traffic()
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("record", record)
+        serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")
+    layouts = {json.loads(line)["key"].get("layout", "") for line in record.read_text().splitlines()}
+    assert any("X_ptr:*fp32" in layout and "Out_ptr" not in layout for layout in layouts), layouts
+
+    merged = cli("merge-record", record, manifest, cache_dir=triton_cache)
+    assert merged.returncode == 0 and f"{len(layouts)} key(s) added" in merged.stdout, merged.stdout + merged.stderr
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with assert_no_compile():
+            serve_traffic(traffic)
     finally:
         guard.set_mode("off")

@@ -30,6 +30,8 @@ def random_rows(n: int, layout: str = "contiguous") -> tuple[torch.Tensor, torch
     contiguous: two tensors. fused: slices of one ``[n, 1, 512]`` tensor (row stride 512).
     odd_rows: slices of a ``[n, 1, 600]`` tensor at 0 and 300 (row stride not a multiple of 16).
     interleaved: ``[n, 1, 512][..., ::2]`` and ``[..., 1::2]`` (element stride 2).
+    z_offset: key contiguous; z a slice of a ``[n, 1, 260]`` projection at column 4, so 8
+    bytes off a 16-byte boundary, rows 520 bytes apart.
     z mixes scales (so the scalar running max matters) and a few -inf entries.
     """
     key = torch.randn(n, 1, 256).mul(4).to(torch.bfloat16)
@@ -37,6 +39,10 @@ def random_rows(n: int, layout: str = "contiguous") -> tuple[torch.Tensor, torch
     z[torch.rand(n, 1, 256) < 0.02] = float("-inf")
     if layout == "contiguous":
         return key, z
+    if layout == "z_offset":
+        projection = torch.randn(n, 1, 260).to(torch.bfloat16)
+        projection[:, :, 4:] = z
+        return key, projection[:, :, 4:]
     width, key_at, z_at, step = {"fused": (512, 0, 256, 1), "odd_rows": (600, 0, 300, 1), "interleaved": (512, 0, 1, 2)}[layout]
     shared = torch.randn(n, 1, width).to(torch.bfloat16)
     key_view = shared[:, :, key_at : key_at + 256 * step : step]

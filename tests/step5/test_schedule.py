@@ -41,8 +41,12 @@ def deployment(path: Path) -> tuple[int, int, int]:
 class Schedule:
     """The engine's side of the schedule: requests, their KV blocks and ring rows."""
 
-    def __init__(self, block_size: int, draft_tokens: int, capacity: int, max_requests: int = 5):
+    def __init__(self, block_size: int, draft_tokens: int, capacity: int, max_requests: int = 5,
+                 rows: str | None = None):
+        """``rows``: the layout of every step's key and z (``random_rows``); by default each
+        kind of step has its own."""
         self.block_size, self.k = block_size, draft_tokens
+        self.rows = rows
         self.tables = BlockTables(num_blocks=max_requests * (-(-200 // block_size) + 1), block_size=block_size)
         self.ring = Step5CSATailRing(max_requests, 256, draft_tokens=draft_tokens, capacity=capacity)
         self.ring.rows.fill_(-7.0)  # poison: rows nobody stored show up
@@ -98,7 +102,7 @@ class Schedule:
         positions += [0] * padding
         owners += [0] * padding
         starts = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
-        key, z = random_rows(tokens, "fused")
+        key, z = random_rows(tokens, self.rows or "fused")
         self.ring.prepare(requests, firsts, counts, num_tokens=tokens)
         slots_t, positions_t = torch.tensor(slots, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64)
         groups = build_prefill_groups(slots_t, positions_t, torch.tensor(owners, dtype=torch.int32), starts)
@@ -116,7 +120,7 @@ class Schedule:
         padding = random.choice([0, 2])
         firsts = [self.length(r) for r in requests]
         slots = [self._slots(r, p, 1)[0] for r, p in zip(requests, firsts)] + [-1] * padding
-        key, z = random_rows(len(slots), "contiguous")
+        key, z = random_rows(len(slots), self.rows or "contiguous")
         self.ring.prepare(requests, firsts, [1] * len(requests), num_tokens=len(slots))
         slots_t = torch.tensor(slots, dtype=torch.int64)  # maybe empty: a step with no token is valid
         positions_t = torch.tensor(firsts + [0] * padding, dtype=torch.int64)
@@ -131,7 +135,7 @@ class Schedule:
         firsts = [self.length(r) for r in requests]
         slots = [s for r, p in zip(requests, firsts) for s in self._slots(r, p, q)] + [-1] * q  # a padding request
         seq_lens = [p + q for p in firsts] + [0]
-        key, z = random_rows(len(slots), "fused")
+        key, z = random_rows(len(slots), self.rows or "fused")
         self.ring.prepare(requests + [None], firsts + [0], [q] * (len(requests) + 1))
         self.cache.update_verify(
             key, z, torch.tensor(slots, dtype=torch.int64), torch.arange(len(seq_lens) + 1, dtype=torch.int32) * q,
@@ -200,21 +204,53 @@ def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest,
     from jitkern.testing import uncovered_by_warmup
 
     block_size, draft_tokens, capacity = deployment(manifest)
-    keys = manifest_keys(load_manifest(manifest))
-    schedule = Schedule(block_size, draft_tokens, capacity)
+    launches = a_few_steps_of_each_kind(Schedule(block_size, draft_tokens, capacity))
+    with compile_only(parse_target("cuda:90")):
+        uncovered = uncovered_by_warmup(launches, manifest_keys(load_manifest(manifest)))
+    assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
+
+
+def a_few_steps_of_each_kind(schedule: Schedule):
+    """The launches (recorded, not run) of a mixed, a decode and, with draft tokens, a verify step."""
     with record_launches(dry_run=True) as launches:
         for _ in range(3):
             schedule.arrive()
         schedule.prompt[0] = 1  # one request decodes from the second step on, whatever its chunk
         schedule.mixed_step()
         schedule.decode_step()
-        if draft_tokens:
+        if schedule.k:
             schedule.verify_step()
     expected = {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.build_prefill_groups"}
-    assert expected | ({"step5.update_verify"} if draft_tokens else set()) == {k.name for k, _ in launches}
+    assert expected | ({"step5.update_verify"} if schedule.k else set()) == {k.name for k, _ in launches}
+    return launches
+
+
+@pytest.mark.compiled
+def test_z_sliced_off_a_16_byte_boundary_is_served_by_a_manifest_that_declares_it(tmp_path, triton_cache):
+    """The deployment that compiled at serve time before layouts were derived: z a slice of a
+    wider projection (8 bytes off 16, odd row stride) while key is aligned. Declared in the
+    manifest's layout, every launch finds its binary; left out, the miss names z."""
+    from jitkern.targets import compile_only, parse_target
+    from jitkern.testing import uncovered_by_warmup
+
+    document = json.loads((MANIFESTS[0].parent / "step5-bs256-mtp3.json").read_text())
+    for entry in document["kernels"]:  # one index dtype each: fewer binaries to compile here
+        entry["config"] = {name: value[-1:] if isinstance(value, list) else value
+                           for name, value in entry["config"].items()}
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(document))
+    declared = tmp_path / "declared.json"
+    declared.write_text(json.dumps({**document, "layout": {"unaligned": ["z"], "strided": ["z.0"]}}))
+    block_size, draft_tokens, capacity = deployment(declared)
+    random.seed(7)
+    launches = a_few_steps_of_each_kind(Schedule(block_size, draft_tokens, capacity, rows="z_offset"))
     with compile_only(parse_target("cuda:90")):
-        uncovered = uncovered_by_warmup(launches, keys)
-    assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
+        assert uncovered_by_warmup(launches, manifest_keys(load_manifest(declared))) == []
+        uncovered = uncovered_by_warmup(launches, manifest_keys(load_manifest(plain)))
+    kernels = {line.split("[", 1)[0] for line in uncovered}
+    assert kernels == {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.update_verify"}
+    assert all("z: a bf16 tensor not 16-byte aligned; warmed binaries all assume a bf16 tensor 16-byte aligned"
+               in line for line in uncovered), uncovered
 
 
 @pytest.mark.parametrize("config, problem", [
