@@ -196,7 +196,7 @@ class JitkernCacheManager(FileCacheManager):
                 _warn_unusable(root, self.key, filename, problem)
         if self._private_dir and os.path.exists(os.path.join(self._private_dir, filename)):
             return os.path.join(self._private_dir, filename)
-        files = _read_through(self.key)
+        files, _refused = _read_through(self.key)
         if files is not None and filename in files:
             return self.put(files[filename], filename)
         return None
@@ -209,7 +209,9 @@ class JitkernCacheManager(FileCacheManager):
             private = inspect_entry(self._private_dir, filename)
             if private.usable:
                 return private.files
-        files = _read_through(self.key)
+        files, refused = _read_through(self.key)
+        if refused is not None:
+            state = EntryState(None, refused)
         if files is not None:
             paths = {name: self.put(data, name) for name, data in sorted(files.items())}
             FileCacheManager.put_group(self, filename, paths)  # written last: the entry is whole from here on
@@ -240,18 +242,21 @@ class JitkernCacheManager(FileCacheManager):
         return private.put(data, filename, binary)
 
 
-def lookup_entry(folder: str, group_name: str) -> EntryState:
+def lookup_entry(folder: str, group_name: str, verified: bool = True) -> EntryState:
     """The entry ``folder`` (a Triton cache key) from the cache directory or an installed
     cache wheel: whole and matching the trusted lock, or why it cannot be used (the
-    first problem other than absence). Refusals are warned, one line each."""
+    first problem other than absence). Refusals are warned, one line each.
+    ``verified=False`` only checks it whole: for the warmup that locks its own cache."""
     found = EntryState(None, MISSING)
     for root in read_roots():
         state = inspect_entry(os.path.join(root, folder), group_name)
-        if state.usable:
+        if state.usable and verified:
             problem = _lock_problem(root, folder, {name: _read(path) for name, path in state.files.items()})
             if problem is None:
                 return state
             state = EntryState(None, problem)
+        elif state.usable:
+            return state
         if state.problem != MISSING:
             _warn_unusable(root, folder, group_name, state.problem)
             found = found if found.problem != MISSING else state
@@ -290,7 +295,7 @@ def _warn_damaged(path: str, problem: str) -> None:
 def _warn_unusable(root: str, folder: str, filename: str, problem: str) -> None:
     if problem.startswith(_REFUSED):
         owner = trust().lock.owner(folder)
-        warnings.warn(f"jitkern: {problem.removeprefix(_REFUSED)} of {owner} in {root}: nothing of it is loaded",
+        warnings.warn(f"jitkern: refused {owner} from {root}: {problem.removeprefix(_REFUSED)}; nothing of it is loaded",
                       RefusedCacheEntry, stacklevel=3)
     else:
         _warn_damaged(os.path.join(root, folder, filename), problem)
@@ -352,10 +357,17 @@ _trusts: dict[tuple, Trust] = {}
 def trust() -> Trust:
     """This process's trust, built once per cache directory and settings."""
     configured = settings.current()
-    memo = (triton.knobs.cache.dir, configured.lock_digest, configured.lock_key, configured.remote_cache)
-    if memo not in _trusts:
-        _trusts[memo] = _build_trust(configured.lock_digest, configured.lock_key)
-    return _trusts[memo]
+    if _memo() in _trusts:
+        return _trusts[_memo()]
+    built = _build_trust(configured.lock_digest, configured.lock_key)
+    if not configured.lock_digest or built.lock.entries:
+        _trusts[_memo()] = built
+    return built
+
+
+def _memo() -> tuple:
+    configured = settings.current()
+    return (triton.knobs.cache.dir, configured.lock_digest, configured.lock_key, configured.remote_cache)
 
 
 def _build_trust(lock_digest: str, hmac_key: str) -> Trust:
@@ -390,8 +402,23 @@ def _pinned_lock(lock_digest: str) -> Lock | None:
     for source, data in candidates:
         if data and digest(data) == lock_digest:
             with contextlib.suppress(LockError):
-                return Lock.from_bytes(data, source)
+                lock = Lock.from_bytes(data, source)
+                _keep_pinned_lock(data)
+                return lock
     return None
+
+
+def _keep_pinned_lock(data: bytes) -> None:
+    """Keep a pinned lock fetched from Redis in the cache directory, where the entries
+    materialised from Redis are verified against it later (even with Redis gone)."""
+    path = os.path.join(triton.knobs.cache.dir, LOCK_FILE)
+    if not os.path.exists(path):
+        with contextlib.suppress(OSError):
+            os.makedirs(triton.knobs.cache.dir, exist_ok=True)
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "wb") as file:
+                file.write(data)
+            os.replace(temporary, path)
 
 
 def _lock_problem(root: str, folder: str, files: dict[str, bytes]) -> str | None:
@@ -425,23 +452,24 @@ class RemoteCacheUnavailable(RuntimeWarning):
     """The remote tier failed once; this process reads local caches only."""
 
 
-def _read_through(folder: str) -> dict[str, bytes] | None:
-    """A whole entry from Redis that matches the trusted lock, or None (warned when refused)."""
+def _read_through(folder: str) -> tuple[dict[str, bytes] | None, str | None]:
+    """A whole entry from Redis that matches the trusted lock, or why it was refused
+    (warned, one line); (None, None) when Redis is off, down or lacks it."""
     store = remote_store()
     if store is None:
-        return None
+        return None, None
     try:
         entry = store.fetch(folder)
     except RemoteUnavailable as error:
         _remote_failed(error)
-        return None
+        return None, None
     if entry is None:
-        return None
+        return None, None
     problem = trust().problem(folder, entry.files, entry)
     if problem is not None:
         _warn_unusable(store.url, folder, "", problem)
-        return None
-    return entry.files
+        return None, f"refused from {store.url}: {problem.removeprefix(_REFUSED)}"
+    return entry.files, None
 
 
 def _publish_serve_time_compile(folder: str, filename: str, group: dict[str, str]) -> None:
@@ -535,6 +563,7 @@ def describe_identity(identity: dict[str, Any]) -> str:
     return ", ".join(parts) + f" for {identity.get('target')}"
 
 
-__all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "EntryState", "IDENTITY_FILE", "JitkernCacheManager",
+__all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "RefusedCacheEntry", "RemoteCacheUnavailable", "Trust",
+           "lookup_entry", "read_roots", "remote_store", "trust", "wheel_roots", "EntryState", "IDENTITY_FILE", "JitkernCacheManager",
            "compiler_identity", "describe_identity", "foreign_maker", "inspect_entry", "install",
            "record_identity", "recorded_identities", "refusing_compiles"]

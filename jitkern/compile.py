@@ -345,7 +345,7 @@ def entry_files(kernel: JitKernel, key: Any, target: str) -> dict[str, dict[str,
     location = entry_location(kernel, key, target)
     if location is None:
         return {}
-    state = lookup_entry(location.folder, location.group_name)
+    state = lookup_entry(location.folder, location.group_name, verified=False)
     if not state.usable:
         raise LookupError(state.problem)
     files = {location.folder: {name: path for name, path in state.files.items()}}
