@@ -72,7 +72,7 @@ class PublishResult:
 
 
 def publish(lock: Lock, store: RedisStore, deployment: str, hmac_key: str = "") -> PublishResult:
-    """Copy every entry the lock lists from the local caches to Redis, then the lock.
+    """Copy the lock, then every entry it lists, from the local caches to Redis.
 
     Each entry is one atomic write; an entry Redis already holds unchanged is skipped, so
     publishing again writes nothing. Raises ``RemoteUnavailable`` (one line) on failure,
@@ -80,6 +80,7 @@ def publish(lock: Lock, store: RedisStore, deployment: str, hmac_key: str = "") 
     """
     from jitkern.cache import read_roots
 
+    lock_digest = store.put_lock(lock, deployment)  # first: nodes pinned to it then see misses, not refusals
     written = unchanged = 0
     for folder, expected in lock.entries.items():
         root = next(root for root in read_roots() if os.path.isdir(os.path.join(root, folder)))
@@ -91,7 +92,7 @@ def publish(lock: Lock, store: RedisStore, deployment: str, hmac_key: str = "") 
             written += 1
         else:
             unchanged += 1
-    return PublishResult(written, unchanged, store.put_lock(lock, deployment))
+    return PublishResult(written, unchanged, lock_digest)
 
 
 def check_remote(key_names: list[str], lock: Lock, store: RedisStore) -> list[str]:

@@ -246,7 +246,7 @@ def test_redis_absent_slow_killed_or_flushed_loads_whole_entries_or_says_why(dry
             server.client.restore(key, 0, value)
         server.client.flushall()
         flushed, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
-        assert flushed.startswith("6 of 9 keys") and warned == []  # the lock was flushed too: local keys only
+        assert flushed.startswith("6 of 9 keys") and warned == [], (flushed, warned)  # the lock was kept locally
         guard.set_mode("error")
         try:
             with settings.scope(remote_cache=server.url), pytest.raises(guard.ServeTimeCompile, match=AXPY):
@@ -263,7 +263,7 @@ def test_publishing_into_a_full_redis_leaves_whole_entries_only(dry_run_gpu, tri
         run, _ = publish(manifest, built, server.url)
         assert run.returncode == 1
         (line,) = run.stderr.strip().splitlines()[-1:]
-        assert line.startswith(f"error: publishing to {server.url}: ") and "OOM" in line, run.stderr
+        assert line.startswith(f"error: publishing to {server.url}: ") and "maxmemory" in line, run.stderr
         check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
         missing = [line for line in check.stdout.splitlines() if line.startswith("  ")]
         assert check.returncode == 1 and missing and all("missing from the remote cache" in m for m in missing)
@@ -281,7 +281,8 @@ def _loader(arguments):
     while True:
         attempts += 1
         outcome, warned = serve(manifest, remote_cache=url, lock_digest=lock_digest)
-        torn = [line for line in warned if "refused" in line or "damaged" in line]
+        # "not in a trusted lock" while the pinned lock is not published yet is a refusal, not a torn read
+        torn = [line for line in warned if any(word in line for word in ("does not match", "damaged", "missing"))]
         if outcome == "loaded" or time.monotonic() > deadline or torn:
             return outcome, torn, attempts
         time.sleep(0.05)
