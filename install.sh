@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install jitkern and everything it needs into ./.venv (safe to run again).
+# Install jitkern, its redis extra and the test tools into ./.venv (safe to run again).
 #
 # Python 3.12 is preferred: Triton's cache key hashes its own libtriton, which differs
 # per Python version, and the H200 machines run Python 3.12 with Triton 3.6.0. A cache
@@ -33,6 +33,6 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
 fi
 # Triton decides cache keys: pin it to the GPU machines' version (see pyproject.toml).
 pip install -q --no-deps "triton==3.6.0" 2>&1 | grep -v "dependency resolver\|requires triton" || true
-pip install -q "numpy<2.4" "pydantic>=2.6,<3" "tqdm>=4.66" "pytest>=8" "hypothesis>=6.100"
+pip install -q "numpy<2.4" "pydantic>=2.6,<3" "tqdm>=4.66" "pytest>=8" "hypothesis>=6.100" "redis>=5"
 pip install -q --no-deps -e .
 .venv/bin/python -c 'import sys, torch, triton; print(f"install.sh: Python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}", file=sys.stderr)'

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -37,6 +38,8 @@ import triton
 from triton.runtime.cache import FileCacheManager
 
 from jitkern import settings
+from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch, signed
+from jitkern.remote import RedisStore, RemoteEntry, RemoteUnavailable, signed_part
 
 IDENTITY_FILE = "jitkern-identity.json"
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -168,7 +171,9 @@ def refusing_compiles() -> Iterator[None]:
 
 
 class JitkernCacheManager(FileCacheManager):
-    """Triton's file cache, handing out whole entries only, and writable when read-only."""
+    """Triton's file cache, handing out whole, verified entries only, from the cache
+    directory, installed cache wheels, then Redis (``JITKERN_REMOTE_CACHE``); writable
+    when read-only."""
 
     def __init__(self, key, override=False, dump=False):
         try:
@@ -181,30 +186,46 @@ class JitkernCacheManager(FileCacheManager):
             self.lock_path = os.path.join(self.cache_dir, "lock")
         self._private_dir: str | None = None
 
-    def _dirs(self) -> list[str]:
-        return [self.cache_dir] + ([self._private_dir] if self._private_dir else [])
-
     def get_file(self, filename: str) -> str | None:
-        for folder in self._dirs():
-            path = os.path.join(folder, filename)
+        for root in read_roots():
+            path = os.path.join(root, self.key, filename)
             if os.path.exists(path):
-                problem = _file_problem(path, filename)
+                problem = _file_problem(path, filename) or _lock_problem(root, self.key, {filename: _read(path)})
                 if problem is None:
                     return path
-                _warn_damaged(path, problem)
+                _warn_unusable(root, self.key, filename, problem)
+        if self._private_dir and os.path.exists(os.path.join(self._private_dir, filename)):
+            return os.path.join(self._private_dir, filename)
+        files, _refused = _read_through(self.key)
+        if files is not None and filename in files:
+            return self.put(files[filename], filename)
         return None
 
     def get_group(self, filename: str) -> dict[str, str] | None:
-        state = EntryState(None, MISSING)
-        for folder in self._dirs():
-            state = inspect_entry(folder, filename)
-            if state.usable:
-                return state.files
-            if state.problem != MISSING:
-                _warn_damaged(os.path.join(folder, filename), state.problem)
+        state = lookup_entry(self.key, filename)
+        if state.usable:
+            return state.files
+        if self._private_dir:
+            private = inspect_entry(self._private_dir, filename)
+            if private.usable:
+                return private.files
+        files, refused = _read_through(self.key)
+        if refused is not None:
+            state = EntryState(None, refused)
+        if files is not None:
+            paths = {name: self.put(data, name) for name, data in sorted(files.items())}
+            FileCacheManager.put_group(self, filename, paths)  # written last: the entry is whole from here on
+            written = inspect_entry(os.path.dirname(paths[filename]), filename) if filename in paths else state
+            if written.usable:
+                return written.files
         if getattr(_refusing, "on", False):
             raise CacheEntryUnusable(state.problem)
         return None
+
+    def put_group(self, filename: str, group: dict[str, str]) -> str:
+        path = super().put_group(filename, group)
+        _publish_serve_time_compile(self.key, filename, group)
+        return path
 
     def put(self, data, filename, binary=True) -> str:
         if self._private_dir is None:
@@ -219,6 +240,37 @@ class JitkernCacheManager(FileCacheManager):
         private.key, private.cache_dir = self.key, self._private_dir
         private.lock_path = os.path.join(self._private_dir, "lock")
         return private.put(data, filename, binary)
+
+
+def lookup_entry(folder: str, group_name: str, verified: bool = True) -> EntryState:
+    """The entry ``folder`` (a Triton cache key) from the cache directory or an installed
+    cache wheel: whole and matching the trusted lock, or why it cannot be used (the
+    first problem other than absence). Refusals are warned, one line each.
+    ``verified=False`` only checks it whole: for the warmup that locks its own cache."""
+    found = EntryState(None, MISSING)
+    for root in read_roots():
+        state = inspect_entry(os.path.join(root, folder), group_name)
+        if state.usable and verified:
+            problem = _lock_problem(root, folder, {name: _read(path) for name, path in state.files.items()})
+            if problem is None:
+                return state
+            state = EntryState(None, problem)
+        elif state.usable:
+            return state
+        if state.problem != MISSING:
+            _warn_unusable(root, folder, group_name, state.problem)
+            found = found if found.problem != MISSING else state
+    return found
+
+
+def read_roots() -> list[str]:
+    """Where entries are read from, in order: the cache directory, then installed cache wheels."""
+    return [triton.knobs.cache.dir, *wheel_roots()]
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
 
 
 _private: dict[str, str] = {}
@@ -238,6 +290,200 @@ def _private_root(cache_entry_dir: str, error: OSError) -> str:
 
 def _warn_damaged(path: str, problem: str) -> None:
     warnings.warn(f"jitkern: damaged cache entry {path}: {problem}; it is not used", DamagedCacheEntry, stacklevel=3)
+
+
+def _warn_unusable(root: str, folder: str, filename: str, problem: str) -> None:
+    if problem.startswith(_REFUSED):
+        owner = trust().lock.owner(folder)
+        warnings.warn(f"jitkern: refused {owner} from {root}: {problem.removeprefix(_REFUSED)}; nothing of it is loaded",
+                      RefusedCacheEntry, stacklevel=3)
+    else:
+        _warn_damaged(os.path.join(root, folder, filename), problem)
+
+
+# --- trust: installed cache wheels, the pinned lock, the remote tier ---------------------
+
+
+_REFUSED = "refused: "
+
+
+class RefusedCacheEntry(DamagedCacheEntry):
+    """An entry whose files do not match the trusted lock (or no trusted lock lists it)."""
+
+
+@functools.cache
+def wheel_roots() -> tuple[str, ...]:
+    """The read-only data folders of installed cache wheels (entry point group ``jitkern.caches``)."""
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    roots = []
+    for point in sorted(entry_points(group=WHEEL_ENTRY_POINTS), key=lambda point: point.name):
+        spec = find_spec(point.value)
+        for package in (spec.submodule_search_locations or []) if spec else []:
+            if os.path.isdir(os.path.join(package, WHEEL_DATA)):
+                roots.append(os.path.join(package, WHEEL_DATA))
+    return tuple(roots)
+
+
+WHEEL_ENTRY_POINTS = "jitkern.caches"
+WHEEL_DATA = "cache"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What this process may load: every entry its trusted locks list, and entries
+    published with its HMAC key. ``pinned``: a lock digest or key is configured, so the
+    cache directory's entries need it too (else the directory is trusted as before)."""
+
+    lock: Lock
+    hmac_key: str
+    pinned: bool
+
+    def problem(self, folder: str, files: dict[str, bytes], remote: RemoteEntry | None = None) -> str | None:
+        expected = self.lock.entries.get(folder)
+        if expected is None and remote is not None and signed(
+                signed_part(folder, remote.record), str(remote.record.get("hmac", "")), self.hmac_key):
+            expected = remote.record.get("files")
+        if expected is None:
+            return _REFUSED + "not in a trusted lock"
+        problem = mismatch(expected, files)
+        return None if problem is None else _REFUSED + problem
+
+
+_trusts: dict[tuple, Trust] = {}
+
+
+def trust() -> Trust:
+    """This process's trust, built once per cache directory and settings."""
+    configured = settings.current()
+    if _memo() in _trusts:
+        return _trusts[_memo()]
+    built = _build_trust(configured.lock_digest, configured.lock_key)
+    if not configured.lock_digest or built.lock.entries:
+        _trusts[_memo()] = built
+    return built
+
+
+def _memo() -> tuple:
+    configured = settings.current()
+    return (triton.knobs.cache.dir, configured.lock_digest, configured.lock_key, configured.remote_cache)
+
+
+def _build_trust(lock_digest: str, hmac_key: str) -> Trust:
+    trusted = Lock()
+    for root in wheel_roots():
+        try:
+            trusted = trusted.merged(Lock.from_bytes(_read(os.path.join(root, LOCK_FILE)), root))
+        except (OSError, LockError) as error:
+            warnings.warn(f"jitkern: the cache wheel at {root} has no readable lock ({error}); it is not used",
+                          RefusedCacheEntry, stacklevel=4)
+    if lock_digest:
+        pinned = _pinned_lock(lock_digest)
+        if pinned is None:
+            warnings.warn(f"jitkern: no lock with JITKERN_LOCK_DIGEST={lock_digest} in "
+                          f"{os.path.join(triton.knobs.cache.dir, LOCK_FILE)} or the remote cache: only installed "
+                          "cache wheels are trusted", RefusedCacheEntry, stacklevel=4)
+        else:
+            trusted = trusted.merged(pinned)
+    return Trust(trusted, hmac_key, pinned=bool(lock_digest or hmac_key))
+
+
+def _pinned_lock(lock_digest: str) -> Lock | None:
+    candidates: list[tuple[str, bytes | None]] = []
+    with contextlib.suppress(OSError):
+        candidates.append((triton.knobs.cache.dir, _read(os.path.join(triton.knobs.cache.dir, LOCK_FILE))))
+    store = remote_store()
+    if store is not None and not any(digest(data) == lock_digest for _, data in candidates if data):
+        try:
+            candidates.append((store.url, store.get_lock(lock_digest)))
+        except RemoteUnavailable as error:
+            _remote_failed(error)
+    for source, data in candidates:
+        if data and digest(data) == lock_digest:
+            with contextlib.suppress(LockError):
+                lock = Lock.from_bytes(data, source)
+                _keep_pinned_lock(data)
+                return lock
+    return None
+
+
+def _keep_pinned_lock(data: bytes) -> None:
+    """Keep a pinned lock fetched from Redis in the cache directory, where the entries
+    materialised from Redis are verified against it later (even with Redis gone)."""
+    path = os.path.join(triton.knobs.cache.dir, LOCK_FILE)
+    if not os.path.exists(path):
+        with contextlib.suppress(OSError):
+            os.makedirs(triton.knobs.cache.dir, exist_ok=True)
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "wb") as file:
+                file.write(data)
+            os.replace(temporary, path)
+
+
+def _lock_problem(root: str, folder: str, files: dict[str, bytes]) -> str | None:
+    """Why a local or wheel entry may not be loaded; None when it may."""
+    trusted = trust()
+    if root == triton.knobs.cache.dir and not trusted.pinned and folder not in trusted.lock.entries:
+        return None  # a cache directory with no lock configured is trusted as before
+    return trusted.problem(folder, files)
+
+
+_remotes: dict[str, RedisStore | None] = {}
+
+
+def remote_store() -> RedisStore | None:
+    """The Redis tier (``JITKERN_REMOTE_CACHE``), or None: not configured, or given up
+    after a failure (one warning), so a dead or slow server costs one timeout at most."""
+    configured = settings.current()
+    if not configured.remote_cache:
+        return None
+    if configured.remote_cache not in _remotes:
+        _remotes[configured.remote_cache] = RedisStore(configured.remote_cache, configured.remote_timeout)
+    return _remotes[configured.remote_cache]
+
+
+def _remote_failed(error: RemoteUnavailable) -> None:
+    _remotes[settings.current().remote_cache] = None
+    warnings.warn(f"jitkern: {error}; reading local caches only from now on", RemoteCacheUnavailable, stacklevel=4)
+
+
+class RemoteCacheUnavailable(RuntimeWarning):
+    """The remote tier failed once; this process reads local caches only."""
+
+
+def _read_through(folder: str) -> tuple[dict[str, bytes] | None, str | None]:
+    """A whole entry from Redis that matches the trusted lock, or why it was refused
+    (warned, one line); (None, None) when Redis is off, down or lacks it."""
+    store = remote_store()
+    if store is None:
+        return None, None
+    try:
+        entry = store.fetch(folder)
+    except RemoteUnavailable as error:
+        _remote_failed(error)
+        return None, None
+    if entry is None:
+        return None, None
+    problem = trust().problem(folder, entry.files, entry)
+    if problem is not None:
+        _warn_unusable(store.url, folder, "", problem)
+        return None, f"refused from {store.url}: {problem.removeprefix(_REFUSED)}"
+    return entry.files, None
+
+
+def _publish_serve_time_compile(folder: str, filename: str, group: dict[str, str]) -> None:
+    """In record mode a compile is published, so other nodes (trusting the HMAC key) load it."""
+    from jitkern import guard
+
+    store = remote_store()
+    if store is None or guard.mode() != "record":
+        return
+    try:
+        files = {name: _read(path) for name, path in group.items()}
+        store.publish(folder, files, f"{filename} (compiled while serving)", settings.current().lock_key)
+    except (OSError, RemoteUnavailable) as error:
+        warnings.warn(f"jitkern: publishing {filename} failed: {error}", RemoteCacheUnavailable, stacklevel=3)
 
 
 def install() -> None:
@@ -317,6 +563,7 @@ def describe_identity(identity: dict[str, Any]) -> str:
     return ", ".join(parts) + f" for {identity.get('target')}"
 
 
-__all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "EntryState", "IDENTITY_FILE", "JitkernCacheManager",
+__all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "RefusedCacheEntry", "RemoteCacheUnavailable", "Trust",
+           "lookup_entry", "read_roots", "remote_store", "trust", "wheel_roots", "EntryState", "IDENTITY_FILE", "JitkernCacheManager",
            "compiler_identity", "describe_identity", "foreign_maker", "inspect_entry", "install",
            "record_identity", "recorded_identities", "refusing_compiles"]

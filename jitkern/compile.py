@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import hooks, registry
-from jitkern.cache import DamagedCacheEntry, EntryState, inspect_entry
+from jitkern.cache import DamagedCacheEntry, EntryState, lookup_entry, read_roots
 from jitkern.kernel import JitKernel, key_name
 from jitkern.targets import compile_only, parse_target
 
@@ -153,25 +153,47 @@ def build_launcher(binary: Any) -> None:
     import triton
     from triton.backends.nvidia import driver as cuda_driver
 
-    source = binary.src
+    _build_host_module(launcher_source(binary.src, getattr(binary.metadata, "tensordesc_meta", None)),
+                       "__triton_launcher")
+    if _stand_in_libcuda() is not None:  # on a GPU machine the driver has built cuda_utils already
+        _build_cuda_utils(triton.knobs.cache.dir)
+
+
+def launcher_source(source: Any, tensordesc_meta: Any) -> str:
+    """The C source of the host launcher Triton builds for a binary of ``source``."""
+    from triton.backends.nvidia import driver as cuda_driver
+
     constants = {
         ((source.fn.arg_names.index(name),) if isinstance(name, str) else name): value
         for name, value in source.constants.items()
     }
-    launcher = cuda_driver.make_launcher(constants, dict(source.signature), getattr(binary.metadata, "tensordesc_meta", None))
-    _build_host_module(launcher, "__triton_launcher")
-    if _stand_in_libcuda() is not None:  # on a GPU machine the driver has built cuda_utils already
-        _build_cuda_utils(triton.knobs.cache.dir)
+    return cuda_driver.make_launcher(constants, dict(source.signature), tensordesc_meta)
+
+
+def cuda_utils_source() -> str:
+    from triton.backends.nvidia import driver as cuda_driver
+
+    with open(os.path.join(os.path.dirname(cuda_driver.__file__), "driver.c")) as file:
+        return file.read()
+
+
+def host_module_entry(c_source: str, name: str) -> tuple[str, str]:
+    """(cache folder, file name) of a host C module, as ``compile_module_from_src`` keys it:
+    by its C source and the platform."""
+    import sysconfig
+
+    from triton.runtime.build import platform_key
+    from triton.runtime.cache import _base32
+
+    key = hashlib.sha256((c_source + platform_key()).encode("utf-8")).hexdigest()
+    return _base32(key), f"{name}{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
 @functools.cache
 def _build_cuda_utils(cache_dir: str) -> None:
     """Triton's ``cuda_utils`` module: one per cache, so once per cache and process, not
     once per key (``cache_dir`` keys the memo)."""
-    from triton.backends.nvidia import driver as cuda_driver
-
-    with open(os.path.join(os.path.dirname(cuda_driver.__file__), "driver.c")) as file:
-        _build_host_module(file.read(), "cuda_utils")
+    _build_host_module(cuda_utils_source(), "cuda_utils")
 
 
 def _build_host_module(c_source: str, name: str) -> None:
@@ -193,16 +215,12 @@ def _build_host_module(c_source: str, name: str) -> None:
 
 
 def _host_module_cached(c_source: str, name: str) -> bool:
-    """Whether Triton's cache holds this C module: its key, as ``compile_module_from_src``
-    computes it, is the C source and the platform."""
-    import sysconfig
+    """Whether Triton's cache holds this C module."""
+    import triton
+    from triton.runtime.cache import FileCacheManager
 
-    from triton.runtime.build import platform_key
-    from triton.runtime.cache import get_cache_manager
-
-    key = hashlib.sha256((c_source + platform_key()).encode("utf-8")).hexdigest()
-    suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    return get_cache_manager(key).get_file(f"{name}{suffix}") is not None
+    folder, filename = host_module_entry(c_source, name)
+    return (triton.knobs.cache.manager_class or FileCacheManager)(folder).get_file(filename) is not None
 
 
 @dataclass(frozen=True)
@@ -282,34 +300,75 @@ def _environment(**values: str | None) -> Iterator[None]:
 class _Probe(Exception):
     """Raised from Triton's cache-miss hook to stop it after we learned the cache key."""
 
-    def __init__(self, state: EntryState):
-        self.state = state
+    def __init__(self, location: "EntryLocation"):
+        self.location = location
 
 
-def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
-    """What Triton's cache holds for ``key``'s binary for ``target``; compiles nothing.
+@dataclass(frozen=True)
+class EntryLocation:
+    """Where Triton's cache keeps a key's binary: its folder (Triton's cache key) and
+    group name, and the source Triton would compile (which keys its host launcher)."""
+
+    folder: str
+    group_name: str
+    source: Any
+
+
+def entry_location(kernel: JitKernel, key: Any, target: str) -> EntryLocation | None:
+    """Where ``key``'s binary for ``target`` lives in Triton's cache; compiles nothing.
 
     Runs the kernel's warmup through Triton's own binding and specialisation, and stops
     it in the cache-miss hook: there Triton hands over the signature, constants and
     options it would compile with, from which the on-disk cache key follows exactly as
-    ``triton.compile`` computes it. The entry is then checked whole (``inspect_entry``).
+    ``triton.compile`` computes it. None when nothing would compile (the interpreter).
     """
     with compile_only(parse_target(target)), hooks.watching(on_cache_miss=_probe_cache), \
             _fresh_in_process_cache(kernel):
         try:
             kernel.compile(key)
         except _Probe as probe:
-            return probe.state
-    return EntryState({})  # the hook never fired: nothing to compile (e.g. under the interpreter)
+            return probe.location
+    return None
+
+
+def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
+    """What the caches (directory, installed wheels) hold for ``key``'s binary, checked
+    whole and against the trusted lock (``lookup_entry``); compiles nothing."""
+    location = entry_location(kernel, key, target)
+    return EntryState({}) if location is None else lookup_entry(location.folder, location.group_name)
+
+
+def entry_files(kernel: JitKernel, key: Any, target: str) -> dict[str, dict[str, str]]:
+    """Every cache file that loading ``key`` reads, by entry folder: the binary's entry
+    and its host C modules (launcher, ``cuda_utils``). Raises ``LookupError`` naming what
+    is missing or damaged."""
+    location = entry_location(kernel, key, target)
+    if location is None:
+        return {}
+    state = lookup_entry(location.folder, location.group_name, verified=False)
+    if not state.usable:
+        raise LookupError(state.problem)
+    files = {location.folder: {name: path for name, path in state.files.items()}}
+    with open(state.files[location.group_name]) as file:
+        metadata = json.load(file)
+    if metadata.get("target", {}).get("backend") == "cuda":
+        for c_source, name in ((launcher_source(location.source, metadata.get("tensordesc_meta")), "__triton_launcher"),
+                               (cuda_utils_source(), "cuda_utils")):
+            folder, filename = host_module_entry(c_source, name)
+            path = next((os.path.join(root, folder, filename) for root in read_roots()
+                         if os.path.exists(os.path.join(root, folder, filename))), None)
+            if path is None:
+                raise LookupError(f"its host module {filename} ({folder}) is not in the cache")
+            files[folder] = {filename: path}
+    return files
 
 
 def _probe_cache(*, fn, compile, **_: Any) -> None:
-    raise _Probe(_entry_state(fn.jit_function, compile))
+    raise _Probe(_entry_location(fn.jit_function, compile))
 
 
-def _entry_state(jit_function, compile: dict) -> EntryState:
+def _entry_location(jit_function, compile: dict) -> EntryLocation:
     """Mirror ``triton.compile``'s cache lookup for what the hook says it would build."""
-    import triton
     from triton.compiler.compiler import ASTSource, get_cache_invalidating_env_vars, make_backend
     from triton.runtime.cache import _base32, get_cache_key
     from triton.runtime.driver import driver
@@ -322,8 +381,8 @@ def _entry_state(jit_function, compile: dict) -> EntryState:
     src = ASTSource(jit_function, compile["signature"], compile["constants"], compile["configs"][0])
     options = backend.parse_options(dict(options, **src.parse_options()))
     cache_key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
-    entry_dir = os.path.join(triton.knobs.cache.dir, _base32(hashlib.sha256(cache_key.encode("utf-8")).hexdigest()))
-    return inspect_entry(entry_dir, f"{src.name[:150]}.json")
+    folder = _base32(hashlib.sha256(cache_key.encode("utf-8")).hexdigest())
+    return EntryLocation(folder, f"{src.name[:150]}.json", src)
 
 
 @contextlib.contextmanager
@@ -352,5 +411,5 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_state", "tasks_for",
+__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_files", "entry_state", "tasks_for",
            "default_jobs", "COMPILED", "CACHED", "FAILED"]

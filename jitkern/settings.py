@@ -23,6 +23,18 @@ class Settings:
     private_cache_dir: str = ""
     """JITKERN_PRIVATE_CACHE_DIR: where to compile when the Triton cache is read-only
     (empty: a new temporary directory)."""
+    remote_cache: str = ""
+    """JITKERN_REMOTE_CACHE: a Redis URL (redis://HOST:PORT/DB) read through after the
+    local cache; empty: no remote tier."""
+    remote_timeout: float = 2.0
+    """JITKERN_REMOTE_TIMEOUT: seconds a Redis command may take before the remote tier is
+    given up for the rest of the process."""
+    lock_digest: str = ""
+    """JITKERN_LOCK_DIGEST: sha256 of the deployment's lock; only a lock with this digest
+    is trusted (see ``jitkern.lock``)."""
+    lock_key: str = ""
+    """JITKERN_LOCK_KEY: HMAC-SHA256 key; entries published with it are trusted. The
+    store must never see it."""
 
     @classmethod
     def from_environment(cls) -> "Settings":
@@ -34,7 +46,22 @@ class Settings:
             guard_record_file=os.environ.get("JITKERN_GUARD_RECORD", cls.guard_record_file),
             direct_launch=os.environ.get("JITKERN_DIRECT_LAUNCH", "1") not in ("0", "false", "no"),
             private_cache_dir=os.environ.get("JITKERN_PRIVATE_CACHE_DIR", cls.private_cache_dir),
+            remote_cache=os.environ.get("JITKERN_REMOTE_CACHE", cls.remote_cache),
+            remote_timeout=_positive_float("JITKERN_REMOTE_TIMEOUT", cls.remote_timeout),
+            lock_digest=os.environ.get("JITKERN_LOCK_DIGEST", cls.lock_digest).strip().lower(),
+            lock_key=os.environ.get("JITKERN_LOCK_KEY", cls.lock_key),
         )
+
+
+def _positive_float(name: str, default: float) -> float:
+    text = os.environ.get(name, "")
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
 
 
 settings = Settings.from_environment()

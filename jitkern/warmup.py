@@ -1,9 +1,10 @@
 """``python -m jitkern.warmup``: compile, list or check every variant of a deployment.
 
     python -m jitkern.warmup MANIFEST... [--target cuda:90] [--cache-dir DIR] [--jobs N]
-                             [--check | --list | --load] [--report FILE] [--no-progress]
+                             [--check | --list | --load] [--remote URL] [--report FILE] [--no-progress]
     python -m jitkern.warmup schema
     python -m jitkern.warmup merge-record RECORD MANIFEST
+    python -m jitkern.warmup pack MANIFEST... --target T [--cache-dir DIR] --out DIST
 
 With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (or with
 no GPU, for the manifests' own targets) it compiles for that target with no GPU needed.
@@ -24,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from jitkern.cache import (CacheEntryUnusable, compiler_identity, describe_identity, foreign_maker, record_identity,
-                           refusing_compiles)
+                           recorded_identities, refusing_compiles, wheel_roots)
 from jitkern.compile import (CACHED, COMPILED, FAILED, CompileOutcome, compile_tasks, default_jobs, entry_state,
                              prepare_triton, tasks_for)
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
 from jitkern.settings import interpreting
+from jitkern.share import build_lock, check_remote, deployment_name, publish, write_lock
 from jitkern.targets import local_target, parse_target, target_name
 
 
@@ -109,13 +111,24 @@ def run_check(plan: Plan, progress: bool = True) -> CheckResult:
 
 
 def foreign_cache_line(target: str, recompiles: int, total: int) -> str | None:
-    """One line when this cache was made for ``target`` by another compiler than ours."""
+    """One line when this cache, or an installed cache wheel, was made for ``target`` by
+    another compiler than ours, or a wheel for another target only."""
     identity = compiler_identity(target)
     maker = foreign_maker(cache_directory(), identity)
-    if maker is None:
-        return None
-    return (f"this cache was made by {describe_identity(maker)}; this process is {describe_identity(identity)}: "
-            f"{recompiles} of {total} keys would recompile")
+    if maker is not None:
+        return (f"this cache was made by {describe_identity(maker)}; this process is {describe_identity(identity)}: "
+                f"{recompiles} of {total} keys would recompile")
+    for root in wheel_roots():
+        makers = recorded_identities(root) or []
+        wheel = os.path.basename(os.path.dirname(root))
+        maker = foreign_maker(root, identity)
+        if maker is not None:
+            return (f"the cache wheel {wheel} was made by {describe_identity(maker)}; this process is "
+                    f"{describe_identity(identity)}: {recompiles} of {total} keys would recompile")
+        if makers and not any(m.get("target") == target for m in makers):
+            return (f"the cache wheel {wheel} was made for {', '.join(sorted({str(m.get('target')) for m in makers}))}; "
+                    f"this process serves {target}: {recompiles} of {total} keys would recompile")
+    return None
 
 
 def cache_directory() -> str:
@@ -280,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--list", action="store_true", help="print every key, one a line, and the count")
     mode.add_argument("--load", action="store_true",
                       help="warm start: load every binary from the cache onto this GPU (compiling nothing) and time it")
+    parser.add_argument("--remote", metavar="URL",
+                        help="redis://HOST:PORT/DB: publish every key there after warming; with --check, check it")
     parser.add_argument("--report", type=Path, help="also write the summary as JSON to this file")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -323,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] == ["merge-record"]:
         return _merge_record(argv[1:])
+    if argv[:1] == ["pack"]:
+        return _pack(argv[1:])
     args = build_parser().parse_args(argv)
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)
@@ -345,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         print("TRITON_INTERPRET=1: kernels run on the CPU interpreter; there is nothing to compile.")
         return 0
     progress = not args.no_progress
+    if args.check and args.remote:
+        return _check_remote(plan, args.remote)
     if args.check:
         checked = run_check(plan, progress)
         for line in checked.foreign:
@@ -376,7 +395,92 @@ def main(argv: list[str] | None = None) -> int:
             print(f"replaced a damaged entry of {outcome.task.describe()}: {outcome.replaced}", file=sys.stderr)
     for failure in summary["failures"]:
         print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])}:\n  {failure['error']}", file=sys.stderr)
+    locked = build_lock(plan.tasks())
+    path, lock_digest = write_lock(cache_directory(), locked.lock)
+    print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
+    if args.remote and not _publish(plan, locked.lock, args.remote):
+        return 1
     return 1 if summary["failures"] else 0
+
+
+def _publish(plan: Plan, lock, url: str) -> bool:
+    from jitkern.remote import RedisStore, RemoteUnavailable
+    from jitkern.settings import current
+
+    try:
+        store = RedisStore(url, current().remote_timeout)
+        result = publish(lock, store, plan_deployment(plan), current().lock_key)
+    except (RemoteUnavailable, OSError, ValueError) as error:
+        print(f"error: publishing to {url}: {error}", file=sys.stderr)
+        return False
+    print(f"published to {url}: {result.written} entries written, {result.unchanged} already there; "
+          f"lock sha256 {result.lock_digest}")
+    return True
+
+
+def plan_deployment(plan: Plan) -> str:
+    return deployment_name([loaded.manifest.name for loaded in plan.manifests], plan.targets)
+
+
+def _check_remote(plan: Plan, url: str) -> int:
+    """``--check --remote``: Redis holds every key whole and matching the lock: the one
+    pinned by JITKERN_LOCK_DIGEST, else the cache directory's, else the one Redis names
+    for the deployment (which shows damage, not tampering)."""
+    from jitkern.lock import LOCK_FILE, Lock, LockError, digest
+    from jitkern.remote import RedisStore, RemoteUnavailable
+    from jitkern.settings import current
+
+    pinned = current().lock_digest
+    local = os.path.join(cache_directory(), LOCK_FILE)
+    try:
+        store = RedisStore(url, current().remote_timeout)
+        wanted = pinned or store.deployment_lock_digest(plan_deployment(plan))
+        if os.path.exists(local) and (not pinned or digest(Path(local).read_bytes()) == pinned):
+            source, data = local, Path(local).read_bytes()
+        else:
+            source, data = f"{url} lock {wanted}", store.get_lock(wanted) if wanted else None
+        if data is None or (pinned and digest(data) != pinned):
+            print(f"error: no lock {'with sha256 ' + pinned if pinned else 'for ' + plan_deployment(plan)} "
+                  f"in {local} or {url}", file=sys.stderr)
+            return 1
+        lock = Lock.from_bytes(data, source)
+        problems = check_remote([task.describe() for task in plan.tasks()], lock, store)
+    except (RemoteUnavailable, LockError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if problems:
+        print(f"{len(problems)} of {len(plan.tasks())} keys cannot be used from {url}:")
+        print("\n".join(f"  {line}" for line in problems))
+        return 1
+    print(f"all {len(plan.tasks())} keys in {url}, whole and matching the lock {source} (sha256 {digest(data)})")
+    return 0
+
+
+def _pack(argv: list[str]) -> int:
+    from jitkern.wheel import PackError, pack
+
+    parser = argparse.ArgumentParser(
+        prog="python -m jitkern.warmup pack",
+        description="Write one wheel holding a deployment's warmed cache for one target, with its lock.")
+    parser.add_argument("manifests", nargs="+", metavar="MANIFEST")
+    parser.add_argument("--target", required=True, help="the GPU target, e.g. cuda:90")
+    parser.add_argument("--cache-dir", help="the warmed cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
+    parser.add_argument("--out", required=True, metavar="DIST", help="folder to write the wheel into")
+    args = parser.parse_args(argv)
+    if args.cache_dir:
+        os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
+    try:
+        plan, _note = resolve(args.manifests, args.target)
+        locked = build_lock(plan.tasks())
+        if locked.unlocked:
+            raise PackError(f"{len(locked.unlocked)} of {len(plan.tasks())} keys are not in the cache "
+                            f"(run python -m jitkern.warmup first): {locked.unlocked[0]}")
+        path = pack(locked.lock, plan_deployment(plan), plan.targets[0], args.out)
+    except (ManifestError, ValueError, PackError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{path}: {len(locked.lock.keys)} keys, {os.path.getsize(path) / 1e6:.2f} MB")
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ def warmup(*args, cache_dir, background=False, **popen):
 
 
 def cli(*args, cache_dir, background=False, **popen):
-    """Run ``python -m jitkern.warmup ARGS`` on ``cache_dir``."""
-    environment = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), TRITON_INTERPRET="0")
+    """Run ``python -m jitkern.warmup ARGS`` on ``cache_dir`` (in ``env``, else this environment)."""
+    environment = dict(popen.pop("env", os.environ), TRITON_CACHE_DIR=str(cache_dir), TRITON_INTERPRET="0")
     command = [sys.executable, "-m", "jitkern.warmup", *map(str, args)]
     if background:
         return subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -1,0 +1,130 @@
+"""Sharing a warmed cache: its lock, publishing it to Redis, checking what Redis holds.
+
+Warmup writes the lock of what it warmed (``jitkern-lock.json``, merged with what the
+cache already locks); ``publish`` copies every entry of a plan to Redis, one atomic
+write per entry, and the lock after them; ``check_remote`` reads them back against a
+lock, with no local cache needed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from jitkern import registry
+from jitkern.compile import entry_files
+from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch
+from jitkern.remote import RedisStore
+
+
+@dataclass(frozen=True)
+class LockResult:
+    lock: Lock
+    unlocked: list[str]  # "kernel[key] for target: why" for keys the cache cannot serve
+
+
+def build_lock(tasks: list[Any]) -> LockResult:
+    """The lock of ``tasks`` (``CompileTask``) from the caches as they are now."""
+    keys: dict[str, list[str]] = {}
+    entries: dict[str, dict[str, str]] = {}
+    unlocked = []
+    for task in tasks:
+        try:
+            files = entry_files(registry.get_kernel(task.kernel_name), task.key, task.target)
+        except LookupError as error:
+            unlocked.append(f"{task.describe()}: {error}")
+            continue
+        keys[task.describe()] = sorted(files)
+        for folder, paths in files.items():
+            entries[folder] = {name: digest(_read(path)) for name, path in sorted(paths.items())}
+    return LockResult(Lock(keys, dict(sorted(entries.items()))), unlocked)
+
+
+def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:
+    """Merge ``lock`` into the cache's lock (atomically, safe when warmups run at once);
+    returns its path and sha256."""
+    path = os.path.join(cache_dir, LOCK_FILE)
+    with open(path + ".lock", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            lock = Lock.from_bytes(_read(path), path).merged(lock)
+        except (OSError, LockError):
+            pass  # no lock yet, or a damaged one: this warmup's lock replaces it
+        data = Lock(dict(sorted(lock.keys.items())), dict(sorted(lock.entries.items()))).to_bytes()
+        write_atomically(path, data)
+    return path, digest(data)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as file:
+        file.write(data)
+    os.replace(temporary, path)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    written: int
+    unchanged: int
+    lock_digest: str
+
+
+def publish(lock: Lock, store: RedisStore, deployment: str, hmac_key: str = "") -> PublishResult:
+    """Copy the lock, then every entry it lists, from the local caches to Redis.
+
+    Each entry is one atomic write; an entry Redis already holds unchanged is skipped, so
+    publishing again writes nothing. Raises ``RemoteUnavailable`` (one line) on failure,
+    and ``OSError`` when a local file changed since the lock was made.
+    """
+    from jitkern.cache import read_roots
+
+    lock_digest = store.put_lock(lock, deployment)  # first: nodes pinned to it then see misses, not refusals
+    written = unchanged = 0
+    for folder, expected in lock.entries.items():
+        root = next(root for root in read_roots() if os.path.isdir(os.path.join(root, folder)))
+        files = {name: _read(os.path.join(root, folder, name)) for name in expected}
+        problem = mismatch(expected, files)
+        if problem is not None:
+            raise OSError(f"{lock.owner(folder)}: {problem} (the cache changed since it was locked)")
+        if store.publish(folder, files, lock.owner(folder), hmac_key):
+            written += 1
+        else:
+            unchanged += 1
+    return PublishResult(written, unchanged, lock_digest)
+
+
+def check_remote(key_names: list[str], lock: Lock, store: RedisStore) -> list[str]:
+    """One line per key that Redis cannot serve whole and matching ``lock``."""
+    problems = []
+    verdicts: dict[str, str | None] = {}
+    for name in key_names:
+        if name not in lock.keys:
+            problems.append(f"{name}: not in the lock")
+            continue
+        for folder in lock.keys[name]:
+            if folder not in verdicts:
+                entry = store.fetch(folder)
+                verdicts[folder] = ("missing from the remote cache" if entry is None
+                                    else _tampered(mismatch(lock.entries.get(folder, {}), entry.files)))
+            if verdicts[folder] is not None:
+                problems.append(f"{name}: entry {folder}: {verdicts[folder]}")
+                break
+    return problems
+
+
+def _tampered(problem: str | None) -> str | None:
+    return None if problem is None else f"tampered or damaged: {problem}"
+
+
+def deployment_name(manifest_names: list[str], targets: list[str]) -> str:
+    return "+".join(manifest_names) + "@" + "+".join(targets)
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+__all__ = ["LockResult", "PublishResult", "build_lock", "check_remote", "deployment_name", "publish", "write_lock"]

@@ -1,0 +1,309 @@
+"""Shipping and sharing warmed caches (issue 15): the lock, Redis, cache wheels, faults.
+
+Each test runs against a real ``redis-server`` and compiles for cuda:90 on the CPU; the
+serving side loads through ``jitkern.testing.dry_run_gpu``. ``docs/reliability.md``
+(section 9) lists what each tried and what held.
+"""
+
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+import torch
+from redis_testing import redis_server, shared_redis
+from reliability_testing import forget_all_binaries
+from warmup_testing import REPO, example_manifest, warmup
+
+from jitkern import guard, hooks, settings
+from jitkern.cache import RefusedCacheEntry, RemoteCacheUnavailable, inspect_entry, lookup_entry
+from jitkern.examples.axpy import axpy
+from jitkern.lock import LOCK_FILE, Lock
+from jitkern.remote import RedisStore
+from jitkern.testing import assert_no_compile
+from jitkern.warmup import MissingBinary, load
+
+pytestmark = pytest.mark.compiled
+
+AXPY = "jitkern.example.axpy"
+
+
+def publish(manifest, cache, url, **environment):
+    run = warmup(manifest, "--target", "cuda:90", "--remote", url, cache_dir=cache, env=dict(os.environ, **environment))
+    return run, (re.search(r"lock sha256 (\w+)", run.stdout) or [None, None])[1]
+
+
+def serve(manifest, **changes):
+    """``load()`` in this process with these settings: "loaded" or the error, and the warnings."""
+    forget_all_binaries()
+    with settings.scope(**changes), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            load([str(manifest)])
+            outcome = "loaded"
+        except MissingBinary as error:
+            outcome = str(error)
+    return outcome, [str(w.message) for w in caught if issubclass(w.category, (RuntimeWarning,))]
+
+
+def verified_entries(cache, lock: Lock) -> dict[str, str | None]:
+    """Every entry folder in ``cache`` the lock names -> None when whole and matching, else why not."""
+    states = {}
+    for folder in lock.entries:
+        if (cache / folder).is_dir() and any(name.startswith("__grp__") for name in os.listdir(cache / folder)):
+            group = next(name for name in lock.entries[folder] if name.endswith(".json"))
+            states[folder] = inspect_entry(str(cache / folder), group).problem
+    return states
+
+
+def binary_entry(lock: Lock, key: str) -> str:
+    """The entry folder holding the key's binary (the others hold its host modules)."""
+    return next(folder for folder in lock.keys[key] if any(name.endswith(".cubin") for name in lock.entries[folder]))
+
+
+# --- the lock and Redis -------------------------------------------------------------------
+
+
+def test_a_node_with_an_empty_cache_loads_every_key_from_redis(dry_run_gpu, triton_cache, tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    built = tmp_path / "built"
+    with shared_redis(tmp_path) as server:
+        run, lock_digest = publish(manifest, built, server.url)
+        assert run.returncode == 0 and "entries written, 0 already there" in run.stdout, run.stdout + run.stderr
+        again, same_digest = publish(manifest, built, server.url)
+        assert "published to" in again.stdout and " 0 entries written" in again.stdout and same_digest == lock_digest
+        check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=tmp_path / "empty")
+        assert check.returncode == 0 and "all 3 keys in redis://" in check.stdout, check.stdout + check.stderr
+
+        outcome, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
+        assert (outcome, warned) == ("loaded", [])
+        guard.set_mode("error")
+        try:
+            with assert_no_compile():
+                axpy(torch.randn(33), torch.randn(33), 2.0)
+        finally:
+            guard.set_mode("off")
+    lock = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
+    assert set(verified_entries(triton_cache, lock).values()) == {None}
+
+
+def test_an_attacker_who_can_write_redis_gets_nothing_loaded(dry_run_gpu, triton_cache, tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    built = tmp_path / "built"
+    with shared_redis(tmp_path) as server:
+        run, lock_digest = publish(manifest, built, server.url, JITKERN_LOCK_KEY="the fleet's secret")
+        assert run.returncode == 0, run.stderr
+        honest = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
+        victim_key = sorted(honest.keys)[0]
+        victim = binary_entry(honest, victim_key)
+
+        # The attacker rewrites an entry and its record, and publishes a lock that matches them.
+        store = RedisStore(server.url)
+        files = dict(store.fetch(victim).files)
+        cubin = next(name for name in files if name.endswith(".cubin"))
+        files[cubin] = files[cubin][:200] + bytes([files[cubin][200] ^ 0xFF]) + files[cubin][201:]
+        store.publish(victim, files, victim_key)
+        forged = Lock(honest.keys, dict(honest.entries, **{victim: {n: __import__("hashlib").sha256(d).hexdigest()
+                                                                        for n, d in files.items()}}))
+        store.put_lock(forged, "jitkern-example@cuda:90")
+
+        pinned, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
+        assert f"{victim_key.removesuffix(' for cuda:90')}: refused from {server.url}: {cubin} does not match the lock" \
+            in pinned, pinned
+        (refusal,) = [line for line in warned if line.startswith("jitkern: refused")]
+        assert refusal.startswith(f"jitkern: refused {victim_key} from {server.url}: {cubin} does not match")
+        assert not (triton_cache / victim).exists() or not any(p.suffix == ".cubin" for p in (triton_cache / victim).iterdir())
+
+        keyed, _ = serve(manifest, remote_cache=server.url, lock_key="the fleet's secret")
+        assert keyed.startswith("1 of 3 keys are not usable") and "not in a trusted lock" in keyed, keyed
+        unpinned, _ = serve(manifest, remote_cache=server.url)
+        assert unpinned.startswith("1 of 3 keys"), unpinned  # the two others were materialised above
+
+        check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url,
+                       cache_dir=tmp_path / "empty", env=dict(os.environ, JITKERN_LOCK_DIGEST=lock_digest))
+        assert check.returncode == 1 and f"{victim_key}: entry {victim}: tampered or damaged: {cubin}" in check.stdout
+
+
+# --- cache wheels ---------------------------------------------------------------------------
+
+
+SERVE_WHEEL = """
+import sys, warnings
+from jitkern.testing import dry_run_gpu
+from jitkern.warmup import MissingBinary, load
+with dry_run_gpu(), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        load([sys.argv[1]])  # refuses to compile: every binary comes from the wheel
+        print("loaded")
+    except MissingBinary as error:
+        print("refused:", error)
+for warning in caught:
+    print("warning:", warning.message)
+"""
+
+
+def test_an_installed_cache_wheel_serves_with_no_cache_directory(tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    for target in ("cuda:90", "cuda:80"):
+        cache = tmp_path / f"cache-{target[-2:]}"
+        assert warmup(manifest, "--target", target, cache_dir=cache).returncode == 0
+        pack = subprocess.run([sys.executable, "-m", "jitkern.warmup", "pack", str(manifest), "--target", target,
+                               "--cache-dir", str(cache), "--out", str(tmp_path / f"dist-{target[-2:]}")],
+                              cwd=REPO, capture_output=True, text=True)
+        assert pack.returncode == 0, pack.stderr
+    (wheel,) = (tmp_path / "dist-90").glob("*.whl")
+    assert re.fullmatch(r"jitkern_cache_jitkern_example_cuda_90-1\.0\.0-cp3\d+-cp3\d+-.*x86_64\.whl", wheel.name)
+
+    def installed(wheel_path, folder):
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                        str(folder), str(wheel_path)], check=True, capture_output=True)
+        environment = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+        environment.update(PYTHONPATH=f"{folder}{os.pathsep}{REPO}", HOME=str(tmp_path / "home"), TRITON_INTERPRET="0")
+        return environment
+
+    def run(environment, *command):
+        done = subprocess.run([sys.executable, *command], cwd=REPO, env=environment, capture_output=True, text=True)
+        return done.stdout + done.stderr
+
+    site = tmp_path / "site"
+    environment = installed(wheel, site)
+    served = run(environment, "-c", SERVE_WHEEL, str(manifest))
+    assert served.splitlines() == ["loaded"], served
+    check = run(environment, "-m", "jitkern.warmup", str(manifest), "--target", "cuda:90", "--check", "--no-progress")
+    assert "all 3 keys in the cache, whole" in check, check
+
+    package = site / "jitkern_cache_jitkern_example_cuda_90" / "cache"
+    lock = Lock.from_bytes((package / LOCK_FILE).read_bytes(), "lock")
+    victim_key = sorted(lock.keys)[0]
+    (cubin,) = (package / binary_entry(lock, victim_key)).glob("*.cubin")
+    cubin.write_bytes(cubin.read_bytes()[:300] + b"\0" + cubin.read_bytes()[301:])
+    refused = run(environment, "-c", SERVE_WHEEL, str(manifest))
+    assert f"refused: 1 of 3 keys" in refused and f"{cubin.name} does not match the lock" in refused, refused
+    assert f"warning: jitkern: refused {victim_key} from {package}: {cubin.name} does not match" in refused
+
+    (other,) = (tmp_path / "dist-80").glob("*.whl")
+    environment = installed(other, tmp_path / "site-80")
+    foreign = run(environment, "-c", SERVE_WHEEL, str(manifest))
+    assert foreign.splitlines()[0] == ("refused: the cache wheel jitkern_cache_jitkern_example_cuda_80 was made for "
+                                       "cuda:80; this process serves cuda:90: 3 of 3 keys would recompile"), foreign
+
+
+# --- faults ---------------------------------------------------------------------------------
+
+
+def test_redis_absent_slow_killed_or_flushed_loads_whole_entries_or_says_why(dry_run_gpu, triton_cache, tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32", "float16", "bfloat16"])  # 9 keys
+    built = tmp_path / "built"
+    with redis_server(tmp_path) as server:
+        run, lock_digest = publish(manifest, built, server.url)
+        assert run.returncode == 0, run.stderr
+        snapshot = {key: server.client.dump(key) for key in server.client.keys("*")}
+    lock = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
+
+    def one_unavailable_line(warned):
+        return len([line for line in warned if "reading local caches only" in line]) == 1
+
+    # absent at start: the server is gone; one line, every key named, in one timeout at most
+    start = time.monotonic()
+    absent, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest, remote_timeout=0.5)
+    assert absent.startswith("9 of 9 keys are not usable") and one_unavailable_line(warned), (absent, warned)
+    assert time.monotonic() - start < 5
+
+    with redis_server(tmp_path) as server:
+        for key, value in snapshot.items():
+            server.client.restore(key, 0, value)
+        # slow past the timeout
+        server.client.execute_command("CLIENT", "PAUSE", 3000)
+        start = time.monotonic()
+        slow, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest, remote_timeout=0.3)
+        assert slow.startswith("9 of 9 keys") and one_unavailable_line(warned) and time.monotonic() - start < 2.5
+        time.sleep(max(0.0, 3.1 - (time.monotonic() - start)))
+
+        # killed in the middle of a load: after the third key
+        loaded = []
+
+        def kill_after_three(**_):
+            loaded.append(1)
+            if len(loaded) == 3:
+                server.kill()
+
+        with hooks.watching(on_compile=kill_after_three):
+            # a new URL for the same server: this process gave up the first one when it was slow
+            killed, warned = serve(manifest, remote_cache=server.url + "?db=0", lock_digest=lock_digest)
+        assert killed.startswith("6 of 9 keys") and one_unavailable_line(warned), (killed, warned)
+        states = verified_entries(triton_cache, lock)
+        assert len(states) == 3 and set(states.values()) == {None}
+        for folder in states:
+            assert lookup_entry(folder, next(n for n in lock.entries[folder] if n.endswith(".json"))).usable
+
+    with redis_server(tmp_path) as server:
+        for key, value in snapshot.items():
+            server.client.restore(key, 0, value)
+        server.client.flushall()
+        flushed, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
+        assert flushed.startswith("6 of 9 keys") and warned == [], (flushed, warned)  # the lock was kept locally
+        guard.set_mode("error")
+        try:
+            with settings.scope(remote_cache=server.url), pytest.raises(guard.ServeTimeCompile, match=AXPY):
+                axpy(torch.randn(33, dtype=torch.float16), torch.randn(33, dtype=torch.float16), 2.0)
+        finally:
+            guard.set_mode("off")
+
+
+def test_publishing_into_a_full_redis_leaves_whole_entries_only(dry_run_gpu, triton_cache, tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32", "float16", "bfloat16"],
+                                block_sizes=[256, 1024])  # 18 keys, about 1.2 MB in Redis
+    built = tmp_path / "built"
+    with redis_server(tmp_path, "--maxmemory", "1mb", "--maxmemory-policy", "noeviction") as server:
+        run, _ = publish(manifest, built, server.url)
+        assert run.returncode == 1
+        (line,) = run.stderr.strip().splitlines()[-1:]
+        assert line.startswith(f"error: publishing to {server.url}: ") and "maxmemory" in line, run.stderr
+        check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
+        missing = [line for line in check.stdout.splitlines() if line.startswith("  ")]
+        assert check.returncode == 1 and missing and all("missing from the remote cache" in m for m in missing)
+        lock_digest = __import__("hashlib").sha256((built / LOCK_FILE).read_bytes()).hexdigest()
+        (built / LOCK_FILE).rename(triton_cache / LOCK_FILE)  # the pinned lock is found in the node's cache
+        outcome, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
+        assert outcome.startswith(f"{len(missing)} of 18 keys") and warned == [], (outcome, warned)
+
+
+def _loader(arguments):
+    """One serving process of the fleet: its own empty cache, loading until every key is in."""
+    url, lock_digest, manifest, cache = arguments
+    os.environ["TRITON_CACHE_DIR"] = cache
+    deadline, attempts = time.monotonic() + 90, 0
+    while True:
+        attempts += 1
+        outcome, warned = serve(manifest, remote_cache=url, lock_digest=lock_digest)
+        # "not in a trusted lock" while the pinned lock is not published yet is a refusal, not a torn read
+        torn = [line for line in warned if any(word in line for word in ("does not match", "damaged", "missing"))]
+        if outcome == "loaded" or time.monotonic() > deadline or torn:
+            return outcome, torn, attempts
+        time.sleep(0.05)
+
+
+def test_sixteen_loaders_and_two_publishers_on_one_redis(dry_run_gpu, tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32", "float16", "bfloat16"])  # 9 keys
+    built = tmp_path / "built"
+    assert warmup(manifest, "--target", "cuda:90", cache_dir=built).returncode == 0
+    lock_digest = __import__("hashlib").sha256((built / LOCK_FILE).read_bytes()).hexdigest()
+    with redis_server(tmp_path) as server:
+        publishers = [warmup(manifest, "--target", "cuda:90", "--remote", server.url, cache_dir=built, background=True)
+                      for _ in range(2)]
+        caches = [str(tmp_path / f"node-{i}") for i in range(16)]
+        with multiprocessing.get_context("fork").Pool(16) as pool:
+            results = pool.map(_loader, [(server.url, lock_digest, str(manifest), cache) for cache in caches])
+        for run in publishers:
+            stdout, stderr = run.communicate(timeout=120)
+            assert run.returncode == 0, stderr
+    assert [(outcome, warned) for outcome, warned, _ in results] == [("loaded", [])] * 16, results
+    lock = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
+    for cache in caches:
+        assert set(verified_entries(__import__("pathlib").Path(cache), lock).values()) == {None}
+    print("attempts per loader:", [attempts for _, _, attempts in results])
