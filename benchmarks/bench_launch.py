@@ -78,7 +78,7 @@ def four_ways(kernel, args, kwargs):
 
     spec = kernel.launch_spec(*args, **kwargs)
     kernel(*args, **kwargs)  # a first call prepares the direct launch
-    direct = kernel._direct_launches[spec.key]
+    direct = kernel.direct_launch(spec)
     assert direct is not None and direct.launch(spec.kwargs, spec.grid), f"{kernel.name}: no direct launch"
     binary = direct.binary
     device = driver.active.get_current_device()

@@ -12,7 +12,7 @@ x = torch.randn(4096, device="cuda")
 y, out = torch.randn_like(x), torch.empty_like(x)
 kernel(x, y, out, 2.0)
 spec = kernel.launch_spec(x, y, out, 2.0)
-direct = kernel._direct_launches[spec.key]
+direct = kernel.direct_launch(spec)
 print(direct.source)
 binder = kernel.kernel.device_caches[driver.active.get_current_device()][4]
 triton_kwargs = kernel.triton_kwargs(spec)
@@ -34,8 +34,7 @@ parts = {
     "x.data_ptr()": x.data_ptr,
     "x.dtype, x.is_cuda": lambda: (x.dtype, x.is_cuda),
     "x.numel()": lambda: x.numel(),
-    "dispatch (memoised)": lambda: kernel.dispatch(dtype=x.dtype, n_elements=4096, block_size=1024,
-                                                   x_aligned=True, y_aligned=True, out_aligned=True),
+    "dispatch (memoised)": lambda: kernel.dispatch(dtype=x.dtype, block_size=1024),
     "bare binary.run (tensors)": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata, None,
                                                     None, None, *args),
     "bare binary.run (int pointers)": lambda: binary.run(4, 1, 1, stream, binary.function, binary.packed_metadata,
