@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ from deepseek_v4 import compress_windows, save_partial_states
 from deepseek_v4.common import LAYOUTS
 from deepseek_v4.reference import compress_sequence_ref
 from jitkern.testing import record_launches
+
+# A deployment whose kv, score and out come in several layouts (the file declares them).
+VIEWS_MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "deepseek_v4-views.json"
 
 
 @dataclass(eq=False)  # identity: requests are compared as objects
@@ -43,8 +47,11 @@ class Schedule:
     """Drives requests through steps and checks the compressed windows after each."""
 
     def __init__(self, ratio: int, head_dim: int, *, requests: int, lengths: tuple[int, int], max_chunk: int,
-                 index_dtype: torch.dtype):
+                 index_dtype: torch.dtype, views: bool = False):
+        """``views``: each step lays kv, score and out out differently (``_views``), with
+        ``index_dtype`` for every index; else as the shipped deployment does."""
         layout = LAYOUTS[ratio]
+        self.views = views
         self.ratio, self.head_dim, self.bs = ratio, head_dim, layout.block_size
         self.width = layout.state_width(head_dim)
         self.max_chunk, self.index_dtype = max_chunk, index_dtype
@@ -104,13 +111,12 @@ class Schedule:
             positions, slots, reqs, committed = positions + [0], slots + [-1], reqs + [0], committed + [None]
 
         tokens = len(positions)
-        projection = torch.cat([torch.stack(kv_rows), torch.stack(score_rows)], dim=1)  # [tokens, 2W]
+        kv, score, out = self._views(torch.stack(kv_rows), torch.stack(score_rows))
         positions_t = torch.tensor(positions, dtype=self.index_dtype)
-        save_partial_states(projection[:, : self.width], projection[:, self.width :], self.ape, positions_t,
+        save_partial_states(kv, score, self.ape, positions_t,
                             self.cache, torch.tensor(slots, dtype=self.index_dtype), self.bs, self.width, self.ratio)
-        out = poison((tokens, self.head_dim))
-        compress_windows(self.cache, self.block_table, positions_t,
-                         torch.tensor(reqs, dtype=random.choice([torch.int32, torch.int64])), out,
+        reqs_dtype = self.index_dtype if self.views else random.choice([torch.int32, torch.int64])
+        compress_windows(self.cache, self.block_table, positions_t, torch.tensor(reqs, dtype=reqs_dtype), out,
                          self.ratio, self.head_dim, self.bs)
         for i, (p, request) in enumerate(zip(positions, committed)):
             if (p + 1) % self.ratio:
@@ -120,6 +126,25 @@ class Schedule:
                 assert_rel_close(out[i], self.references[id(request)][window], f"window {window}")
                 self.checked[id(request)].add(window)
         self._retire()
+
+    def _views(self, kv_rows: torch.Tensor, score_rows: torch.Tensor):
+        """kv and score as views of one ``[tokens, 2W]`` projection, and a poisoned ``out``;
+        with ``views``, also: a projection padded by a column in front and two behind (both
+        4 bytes off 16, odd row stride), two separate tensors, and ``out`` a view at an odd
+        column of a wider tensor."""
+        tokens, width = kv_rows.shape
+        layout = random.choice(["fused", "padded", "separate"]) if self.views else "fused"
+        if layout == "separate":
+            kv, score = kv_rows.clone(), score_rows.clone()
+        else:
+            front, back = (1, 2) if layout == "padded" else (0, 0)
+            projection = torch.randn(tokens, front + 2 * width + back)
+            kv, score = projection[:, front : front + width], projection[:, front + width : front + 2 * width]
+            kv.copy_(kv_rows)
+            score.copy_(score_rows)
+        if self.views and random.random() < 0.5:
+            return kv, score, poison((tokens, self.head_dim + 1))[:, 1:]
+        return kv, score, poison((tokens, self.head_dim))
 
     def _plan(self, request: Request) -> tuple[int, int]:
         """(tokens this step, of which accepted): a prefill chunk, a decode, or a verify."""
@@ -159,9 +184,11 @@ DEPLOYMENTS = pytest.mark.parametrize(
 )
 
 
-def run_schedule(ratio, head_dim, requests, lengths, max_chunk) -> None:
-    index_dtype = random.choice([torch.int32, torch.int64])
-    Schedule(ratio, head_dim, requests=requests, lengths=lengths, max_chunk=max_chunk, index_dtype=index_dtype).run()
+def run_schedule(ratio, head_dim, requests, lengths, max_chunk, views: bool = False) -> None:
+    """The deployment's schedule; with ``views``, in the layouts of tests/manifests/deepseek_v4-views.json."""
+    index_dtype = torch.int64 if views else random.choice([torch.int32, torch.int64])
+    Schedule(ratio, head_dim, requests=requests, lengths=lengths, max_chunk=max_chunk, index_dtype=index_dtype,
+             views=views).run()
 
 
 @DEPLOYMENTS
@@ -174,3 +201,15 @@ def test_schedule_matches_sequence_reference_and_manifest(ratio, head_dim, reque
     missing = {k.describe(key) for k, key in launched if key not in known.get(k.name, set())}
     assert {k.name for k, _ in launched} == {"deepseek_v4.save_partial_states", "deepseek_v4.compress_windows"}
     assert not missing, "launched keys no shipped manifest warms:\n  " + "\n  ".join(sorted(missing))
+
+
+@DEPLOYMENTS
+def test_a_schedule_of_mixed_views_hits_the_manifest_that_declares_them(ratio, head_dim, requests, lengths, max_chunk):
+    from jitkern.manifest import load_manifest
+    from jitkern.manifest import manifest_keys as loaded_keys
+    from jitkern.testing import missing_from
+
+    with record_launches() as launches:
+        run_schedule(ratio, head_dim, requests, lengths, max_chunk, views=True)
+    missing = missing_from(launches, loaded_keys(load_manifest(VIEWS_MANIFEST)))
+    assert not missing, "launches the views manifest does not enumerate:\n  " + "\n  ".join(missing)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from jitkern import guard
 from jitkern.testing import assert_no_compile
 from jitkern.warmup import load
 from step5.ops.summary_update import update_decode, update_verify
 from step5_testing import poisoned_mean, random_rows
-from test_schedule import MANIFESTS, Schedule, deployment, run_schedule
+from test_schedule import MANIFESTS, VIEWS_MANIFEST, Schedule, deployment, run_schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -83,3 +84,19 @@ def test_warmed_schedule_compiles_nothing(manifest):
     schedule = Schedule(block_size, draft_tokens, capacity)
     with assert_no_compile():
         run_schedule(schedule, steps=24)
+
+
+def test_warmed_schedule_of_mixed_layouts_compiles_nothing_with_the_guard_in_error_mode():
+    """key and z as separate tensors, halves of a projection, slices at odd columns (z 8
+    bytes off 16, odd row strides): every layout the views manifest declares, loaded from
+    a cache compiled with no GPU; the schedule checks every step's bytes against the reference."""
+    for loaded in load([str(VIEWS_MANIFEST)]):
+        assert loaded.binaries > 0
+    block_size, draft_tokens, capacity = deployment(VIEWS_MANIFEST)
+    schedule = Schedule(block_size, draft_tokens, capacity, rows="mixed")
+    guard.set_mode("error")
+    try:
+        with assert_no_compile():
+            run_schedule(schedule, steps=32)
+    finally:
+        guard.set_mode("off")

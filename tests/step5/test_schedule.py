@@ -28,6 +28,9 @@ from step5.reference import ReferenceSchedule, assert_summaries_close, gather_su
 from step5_testing import BlockTables, poisoned_mean, random_rows
 
 MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").glob("step5-*.json"))
+# A deployment whose key and z come in several layouts (tests/manifests/step5-views.json declares them).
+VIEWS_MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "step5-views.json"
+MIXED_ROWS = ["contiguous", "fused", "odd_rows", "z_offset"]
 
 
 def deployment(path: Path) -> tuple[int, int, int]:
@@ -43,8 +46,8 @@ class Schedule:
 
     def __init__(self, block_size: int, draft_tokens: int, capacity: int, max_requests: int = 5,
                  rows: str | None = None):
-        """``rows``: the layout of every step's key and z (``random_rows``); by default each
-        kind of step has its own."""
+        """``rows``: the layout of every step's key and z (``random_rows``), or ``"mixed"``
+        for a random one each step; by default each kind of step has its own."""
         self.block_size, self.k = block_size, draft_tokens
         self.rows = rows
         self.tables = BlockTables(num_blocks=max_requests * (-(-200 // block_size) + 1), block_size=block_size)
@@ -54,6 +57,11 @@ class Schedule:
         self.reference = ReferenceSchedule(block_size)
         self.prompt: dict[int, int] = {}  # request -> prompt length (prefill until reached)
         self.next_id = 0
+
+    def _rows(self, default: str) -> str:
+        if self.rows == "mixed":
+            return random.choice(MIXED_ROWS)
+        return self.rows or default
 
     # --- requests ------------------------------------------------------------------------
 
@@ -102,7 +110,7 @@ class Schedule:
         positions += [0] * padding
         owners += [0] * padding
         starts = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32)
-        key, z = random_rows(tokens, self.rows or "fused")
+        key, z = random_rows(tokens, self._rows("fused"))
         self.ring.prepare(requests, firsts, counts, num_tokens=tokens)
         slots_t, positions_t = torch.tensor(slots, dtype=torch.int64), torch.tensor(positions, dtype=torch.int64)
         groups = build_prefill_groups(slots_t, positions_t, torch.tensor(owners, dtype=torch.int32), starts)
@@ -120,7 +128,7 @@ class Schedule:
         padding = random.choice([0, 2])
         firsts = [self.length(r) for r in requests]
         slots = [self._slots(r, p, 1)[0] for r, p in zip(requests, firsts)] + [-1] * padding
-        key, z = random_rows(len(slots), self.rows or "contiguous")
+        key, z = random_rows(len(slots), self._rows("contiguous"))
         self.ring.prepare(requests, firsts, [1] * len(requests), num_tokens=len(slots))
         slots_t = torch.tensor(slots, dtype=torch.int64)  # maybe empty: a step with no token is valid
         positions_t = torch.tensor(firsts + [0] * padding, dtype=torch.int64)
@@ -135,7 +143,7 @@ class Schedule:
         firsts = [self.length(r) for r in requests]
         slots = [s for r, p in zip(requests, firsts) for s in self._slots(r, p, q)] + [-1] * q  # a padding request
         seq_lens = [p + q for p in firsts] + [0]
-        key, z = random_rows(len(slots), self.rows or "fused")
+        key, z = random_rows(len(slots), self._rows("fused"))
         self.ring.prepare(requests + [None], firsts + [0], [q] * (len(requests) + 1))
         self.cache.update_verify(
             key, z, torch.tensor(slots, dtype=torch.int64), torch.arange(len(seq_lens) + 1, dtype=torch.int32) * q,
@@ -223,6 +231,15 @@ def a_few_steps_of_each_kind(schedule: Schedule):
     expected = {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.build_prefill_groups"}
     assert expected | ({"step5.update_verify"} if schedule.k else set()) == {k.name for k, _ in launches}
     return launches
+
+
+def test_a_schedule_of_mixed_layouts_hits_the_manifest_that_declares_them():
+    block_size, draft_tokens, capacity = deployment(VIEWS_MANIFEST)
+    schedule = Schedule(block_size, draft_tokens, capacity, rows="mixed")
+    with record_launches() as launches:
+        run_schedule(schedule, steps=16)
+    missing = missing_from(launches, manifest_keys(load_manifest(VIEWS_MANIFEST)))
+    assert not missing, "launches the views manifest does not enumerate:\n  " + "\n  ".join(missing)
 
 
 @pytest.mark.compiled
