@@ -228,3 +228,47 @@ def _device_getter(active: Any) -> Callable[[], Any] | None:
     if getattr(active, "get_current_device", None) is torch.cuda.current_device:
         return None if torch.cuda.device_count() == 1 else torch._C._cuda_getDevice
     return active.get_current_device
+
+
+def layout_selector(jit_function: Any, candidates: list[tuple[dict[str, Any], Callable[[dict, tuple], bool]]]
+                    ) -> Callable[[dict, tuple], bool]:
+    """One launch function for a key with binaries of several layouts.
+
+    ``candidates``: each binary's launch, with arguments it was built for. Generated code
+    reads only the arguments that tell the layouts apart, and of them only their class (a
+    pointer's 16-byte alignment; an integer's being 1, a multiple of 16, beyond i32),
+    picks the binary of that class from a table, and calls its launch, which checks
+    everything as usual. A call of no class in the table returns False: Triton's path decides.
+    """
+    from jitkern.specialisation import runtime_params
+
+    classes = {}  # argument -> expression of its class, in terms of ``value``
+    for param in runtime_params(jit_function):
+        value = candidates[0][0].get(param.name)
+        in_i32 = f"-{2**31} <= value < {2**31}"
+        if hasattr(value, "data_ptr") and not param.do_not_specialize_on_alignment:
+            classes[param.name] = "not value.data_ptr() & 15"
+        elif type(value) is int:
+            classes[param.name] = in_i32 if param.do_not_specialize else f"(value == 1, not value & 15, {in_i32})"
+    telling = [name for name, expression in classes.items()
+               if len({eval(expression, {"value": kwargs[name]}) for kwargs, _ in candidates}) > 1]  # noqa: S307
+    source = "\n".join([
+        "def signature(kwargs):",
+        *(f"    value = kwargs[{name!r}]\n    c{i} = {classes[name]}" for i, name in enumerate(telling)),
+        f"    return ({''.join(f'c{i}, ' for i in range(len(telling)))})",
+    ])
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<layout signature of {jit_function.__name__}>", "exec"), namespace)
+    signature = namespace["signature"]
+    table: dict[tuple, Callable[[dict, tuple], bool]] = {}
+    for kwargs, launch in candidates:
+        table.setdefault(signature(kwargs), launch)
+
+    def launch(kwargs: dict, grid: tuple) -> bool:
+        try:
+            chosen = table.get(signature(kwargs))
+        except (KeyError, TypeError, AttributeError):  # a missing argument, another kind of value
+            return False
+        return chosen is not None and chosen(kwargs, grid)
+
+    return launch

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Generic, TypeVar
 import torch
 
 from jitkern import registry, settings
-from jitkern.direct_launch import build_direct_launch
+from jitkern.direct_launch import build_direct_launch, layout_selector
 from jitkern.settings import interpreting
 from jitkern.warmup_inputs import TritonWarmupTensor
 from jitkern.specialisation import (
@@ -358,7 +358,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
         found by the key's id first (an entry holds its key, checked to be this one), and
         by its hash, which a frozen dataclass computes field by field, only otherwise. A
-        key with binaries of several layouts tries each; each checks its own layout.
+        key with binaries of several layouts picks one by the classes of the arguments that
+        tell them apart (``layout_selector``); each checks its own layout.
         """
         key = spec.key
         known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
@@ -412,12 +413,24 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         binaries = self._binaries.get(key)
         if binaries is None:
             return _no_direct_launch  # not compiled yet: Triton's path, then ask again
-        launches = [direct.launch for direct in binaries.values() if direct is not None]
-        launch = _no_direct_launch if not launches else launches[0] if len(launches) == 1 else _first_fitting(launches)
+        launch = self._launch_of_layouts(key, binaries)
         if len(self._launches_by_key_id) >= 4096:  # keys dispatch's cache dropped would pile up
             self._launches_by_key_id.clear()
         self._launches_by_key_id[id(key)] = (key, launch)
         return launch
+
+    def _launch_of_layouts(self, key: CompileKeyT, binaries: dict[str, Any]) -> Callable[[dict, tuple], bool]:
+        """The direct launch of a key: its binary's, or with binaries of several layouts,
+        a selector that picks one by the few argument classes that tell them apart."""
+        ready = {layout: direct for layout, direct in binaries.items() if direct is not None}
+        if not ready:
+            return _no_direct_launch
+        if len(ready) == 1:
+            return next(iter(ready.values())).launch
+        kwargs, _ = self.stand_ins(key)
+        candidates = [(stand_ins_for(self.kernel, kwargs, parse_layout(layout)), direct.launch)
+                      for layout, direct in ready.items()]
+        return layout_selector(self.kernel, candidates)
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any, layout: str) -> None:
         direct = None
@@ -452,16 +465,6 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if not _compiling_only():
             self._prepare_direct_launch(spec, binary, binary_key.layout)
         return binary
-
-
-def _first_fitting(launches: list[Callable[[dict, tuple], bool]]) -> Callable[[dict, tuple], bool]:
-    def launch(kwargs: dict, grid: tuple) -> bool:
-        for candidate in launches:
-            if candidate(kwargs, grid):
-                return True
-        return False
-
-    return launch
 
 
 def _compiling_only() -> bool:

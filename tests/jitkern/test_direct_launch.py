@@ -1,6 +1,7 @@
 """The direct launch path: same binary as Triton's normal path, or no direct launch at all."""
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -45,6 +46,26 @@ def test_direct_launch_uses_the_binary_the_normal_path_would():
     for kernel, spec in launches:
         direct = KERNEL.direct_launch(spec)
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
+
+
+def test_a_key_with_binaries_of_several_layouts_launches_each_directly(monkeypatch):
+    """24 binaries of one key (x, y, out aligned or not; three classes of n_elements): each
+    launch is picked by its layout, with no call of Triton's own path; another dtype is not."""
+    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
+    for binary in KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32"]), every_offset):
+        KERNEL.compile(binary)
+    runs = triton_runs(monkeypatch, KERNEL)
+    for n in (1, 16, 17, 1000):
+        for offsets in itertools.product((0, 1), repeat=3):
+            x, y, out = (torch.randn(n + 1)[at:at + n] for at in offsets)
+            axpy(x, y, 0.5, out=out)
+    assert runs == []
+    try:
+        guard.set_mode("error")
+        with pytest.raises(guard.ServeTimeCompile):
+            axpy(*inputs(16, torch.bfloat16), 0.5)
+    finally:
+        guard.set_mode("off")
 
 
 def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path(monkeypatch):
