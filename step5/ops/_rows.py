@@ -39,8 +39,8 @@ def _ring_stand_in():
     return TritonWarmupTensor(torch.bfloat16, (64, 512))
 
 
-def _index(dtype_name: str, shape=(16,)):
-    return TritonWarmupTensor(_INDEX_DTYPES[dtype_name], shape)
+def _index(dtype_name: str, shape=(16,), varying=(0,)):
+    return TritonWarmupTensor(_INDEX_DTYPES[dtype_name], shape, varying=varying)
 
 
 def _check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0,

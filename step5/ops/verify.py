@@ -130,11 +130,15 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        """Four requests of q tokens. The index tensors' sizes vary together (tokens = q *
+        requests, which the key's q depends on) and reach the kernel only as ``n_tokens``,
+        which is not specialised: their stand-ins keep one size."""
         k, z = _row_stand_ins()
         return dict(
-            key=k, z=z, slots=_index(key.slots_dtype, (4 * key.query_len,)),
-            query_start_loc=_index(key.query_start_loc_dtype, (5,)), seq_lens=_index(key.seq_lens_dtype, (4,)),
-            ring_base=_index(key.ring_base_dtype, (4 * key.query_len,)),
+            key=k, z=z, slots=_index(key.slots_dtype, (4 * key.query_len,), varying=()),
+            query_start_loc=_index(key.query_start_loc_dtype, (5,), varying=()),
+            seq_lens=_index(key.seq_lens_dtype, (4,), varying=()),
+            ring_base=_index(key.ring_base_dtype, (4 * key.query_len,), varying=()),
             mean=_mean_stand_in(key.block_size), ring=_ring_stand_in(), capacity=key.ring_capacity,
         )
 
