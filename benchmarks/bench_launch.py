@@ -1,6 +1,6 @@
 """Host cost of one launch, for every shipped kernel, three ways, in one run.
 
-    python benchmarks/bench_launch.py [--launches 200] [--repeats 30] [--dry-run]
+    python benchmarks/bench_launch.py [--launches 200] [--repeats 30] [--dry-run] [--every-layout]
 
 (a) jitkern: ``kernel.launch(spec)`` with the LaunchSpec built beforehand (the direct launch);
 (b) Triton: ``kernel[grid](**kwargs)`` with the same arguments, also built beforehand;
@@ -14,6 +14,9 @@ four take turns within each repeat, so that drift of the host hits them alike.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
 DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
 through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
+``--every-layout`` first warms each sampled key in every layout of its tensors at any
+offset (compiling what the cache lacks), so that (a) picks its binary among several
+through the layout selector.
 """
 
 from __future__ import annotations
@@ -72,11 +75,16 @@ def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: in
     return [statistics.median(taken) for taken in samples]
 
 
-def four_ways(kernel, args, kwargs):
+def four_ways(kernel, args, kwargs, every_layout: bool = False):
     """The launch callables for one recorded call: jitkern launch, Triton, bare, jitkern call."""
     from triton.runtime.driver import driver
 
+    from jitkern import Layout
+
     spec = kernel.launch_spec(*args, **kwargs)
+    if every_layout:
+        for binary in kernel.binary_keys([spec.key], Layout(unaligned=frozenset(kernel.tensor_dims(spec.key)))):
+            kernel.compile(binary)
     kernel(*args, **kwargs)  # a first call prepares the direct launch
     direct = kernel.direct_launch(spec)
     assert direct is not None and direct.launch(spec.kwargs, spec.grid), f"{kernel.name}: no direct launch"
@@ -110,6 +118,7 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--dry-run", action="store_true", help="no GPU: host overheads through the dry-run driver")
+    parser.add_argument("--every-layout", action="store_true", help="warm every alignment of each key's tensors first")
     args = parser.parse_args()
 
     import contextlib
@@ -123,7 +132,7 @@ def main() -> None:
         calls = record_calls(lambda: launch_samples.drive_all(device))
         rows = []
         for name, (kernel, call_args, call_kwargs) in sorted(calls.items()):
-            ways = four_ways(kernel, call_args, call_kwargs)
+            ways = four_ways(kernel, call_args, call_kwargs, args.every_layout)
             rows.append((name, *host_microseconds(list(ways), args.launches, args.repeats, sync)))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 

@@ -230,15 +230,15 @@ def _device_getter(active: Any) -> Callable[[], Any] | None:
     return active.get_current_device
 
 
-def layout_selector(jit_function: Any, candidates: list[tuple[dict[str, Any], Callable[[dict, tuple], bool]]]
-                    ) -> Callable[[dict, tuple], bool]:
-    """One launch function for a key with binaries of several layouts.
+def layout_picker(jit_function: Any, candidates: list[tuple[dict[str, Any], Callable[[dict, tuple], bool]]]
+                  ) -> Callable[[dict], Callable[[dict, tuple], bool] | None]:
+    """For a key with binaries of several layouts: a function of a launch's arguments that
+    names the launch of its layout's binary, or None.
 
-    ``candidates``: each binary's launch, with arguments it was built for. Generated code
-    reads only the arguments that tell the layouts apart, and of them only their class (a
-    pointer's 16-byte alignment; an integer's being 1, a multiple of 16, beyond i32),
-    picks the binary of that class from a table, and calls its launch, which checks
-    everything as usual. A call of no class in the table returns False: Triton's path decides.
+    ``candidates``: each binary's launch, with arguments it was built for. The generated
+    code reads only the arguments that tell the layouts apart, and of them only their
+    class (a pointer's 16-byte alignment; an integer's being 1, a multiple of 16, beyond
+    i32). The launch it names still checks everything, as every direct launch does.
     """
     from jitkern.specialisation import runtime_params
 
@@ -247,28 +247,23 @@ def layout_selector(jit_function: Any, candidates: list[tuple[dict[str, Any], Ca
         value = candidates[0][0].get(param.name)
         in_i32 = f"-{2**31} <= value < {2**31}"
         if hasattr(value, "data_ptr") and not param.do_not_specialize_on_alignment:
-            classes[param.name] = "not value.data_ptr() & 15"
+            classes[param.name] = "value.data_ptr() & 15 == 0"
         elif type(value) is int:
-            classes[param.name] = in_i32 if param.do_not_specialize else f"(value == 1, not value & 15, {in_i32})"
+            classes[param.name] = in_i32 if param.do_not_specialize else f"(value == 1, value & 15 == 0, {in_i32})"
     telling = [name for name, expression in classes.items()
                if len({eval(expression, {"value": kwargs[name]}) for kwargs, _ in candidates}) > 1]  # noqa: S307
+    reads = [f"value = kwargs[{name!r}]\n    c{i} = {classes[name]}" for i, name in enumerate(telling)]
+    signature = f"({''.join(f'c{i}, ' for i in range(len(telling)))})"
     source = "\n".join([
-        "def signature(kwargs):",
-        *(f"    value = kwargs[{name!r}]\n    c{i} = {classes[name]}" for i, name in enumerate(telling)),
-        f"    return ({''.join(f'c{i}, ' for i in range(len(telling)))})",
+        "def classify(kwargs):", *(f"    {read}" for read in reads), f"    return {signature}",
+        "def pick(kwargs):",
+        "    try:", *(f"        {read}".replace("\n", "\n    ") for read in reads),
+        "    except (KeyError, TypeError, AttributeError):  # a missing argument, another kind of value",
+        "        return None",
+        f"    return TABLE.get({signature})",
     ])
-    namespace: dict[str, Any] = {}
-    exec(compile(source, f"<layout signature of {jit_function.__name__}>", "exec"), namespace)
-    signature = namespace["signature"]
-    table: dict[tuple, Callable[[dict, tuple], bool]] = {}
+    namespace: dict[str, Any] = {"TABLE": {}}
+    exec(compile(source, f"<layout picker of {jit_function.__name__}>", "exec"), namespace)
     for kwargs, launch in candidates:
-        table.setdefault(signature(kwargs), launch)
-
-    def launch(kwargs: dict, grid: tuple) -> bool:
-        try:
-            chosen = table.get(signature(kwargs))
-        except (KeyError, TypeError, AttributeError):  # a missing argument, another kind of value
-            return False
-        return chosen is not None and chosen(kwargs, grid)
-
-    return launch
+        namespace["TABLE"].setdefault(namespace["classify"](kwargs), launch)
+    return namespace["pick"]

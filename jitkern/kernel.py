@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Generic, TypeVar
 import torch
 
 from jitkern import registry, settings
-from jitkern.direct_launch import build_direct_launch, layout_selector
+from jitkern.direct_launch import build_direct_launch, layout_picker
 from jitkern.settings import interpreting
 from jitkern.warmup_inputs import TritonWarmupTensor
 from jitkern.specialisation import (
@@ -131,6 +131,7 @@ class JitKernel(Generic[CompileKeyT]):
             cls._instance = super().__new__(cls)
             cls._instance._binaries = {}  # compile key -> {layout: DirectLaunch or None} (TritonJitKernel)
             cls._instance._prepared = set()  # ids of the binaries in _binaries (TritonJitKernel)
+            cls._instance._pickers = {}  # compile key -> layout_picker of its binaries, when several
             cls._instance._launches_by_key_id = {}  # id(key) -> (key, its direct launch) (TritonJitKernel)
             cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
             cls._instance._stand_ins = {}  # (compile key, backend) -> stand-in kwargs, their specialisation
@@ -360,15 +361,26 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
         found by the key's id first (an entry holds its key, checked to be this one), and
         by its hash, which a frozen dataclass computes field by field, only otherwise. A
-        key with binaries of several layouts picks one by the classes of the arguments that
-        tell them apart (``layout_selector``); each checks its own layout.
+        key with binaries of several layouts remembers the last one used
+        (``_launch_another_layout``); each checks its own layout.
         """
         key = spec.key
         known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
         if known_key is not key:
             launch = self._direct_launch_of(key)
-        if not launch(spec.kwargs, spec.grid):
+        if not launch(spec.kwargs, spec.grid) and not self._launch_another_layout(spec):
             self._launch_through_triton(spec)
+
+    def _launch_another_layout(self, spec: LaunchSpec[CompileKeyT]) -> bool:
+        """With binaries of several layouts, the key's remembered launch is the last one
+        used: a launch of another layout is picked by its argument classes, launched, and
+        remembered for the next launches of the key (so a steady layout costs nothing)."""
+        pick = self._pickers.get(spec.key)
+        launch = pick(spec.kwargs) if pick is not None else None
+        if launch is None or not launch(spec.kwargs, spec.grid):
+            return False
+        self._launches_by_key_id[id(spec.key)] = (spec.key, launch)
+        return True
 
     def direct_launch(self, spec: LaunchSpec[CompileKeyT]) -> Any:
         """The ``DirectLaunch`` of the binary ``spec`` needs, if this process prepared one."""
@@ -389,6 +401,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self.kernel.device_caches.clear()
         self._binaries.clear()
         self._prepared.clear()
+        self._pickers.clear()
         self._launches_by_key_id.clear()
 
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
@@ -422,17 +435,17 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return launch
 
     def _launch_of_layouts(self, key: CompileKeyT, binaries: dict[str, Any]) -> Callable[[dict, tuple], bool]:
-        """The direct launch of a key: its binary's, or with binaries of several layouts,
-        a selector that picks one by the few argument classes that tell them apart."""
+        """The direct launch of a key's first binary; with binaries of several layouts, also
+        the picker of the others (``layout_picker``)."""
         ready = {layout: direct for layout, direct in binaries.items() if direct is not None}
         if not ready:
             return _no_direct_launch
-        if len(ready) == 1:
-            return next(iter(ready.values())).launch
-        kwargs, _ = self.stand_ins(key)
-        candidates = [(stand_ins_for(self.kernel, kwargs, parse_layout(layout)), direct.launch)
-                      for layout, direct in ready.items()]
-        return layout_selector(self.kernel, candidates)
+        if len(ready) > 1:
+            kwargs, _ = self.stand_ins(key)
+            self._pickers[key] = layout_picker(self.kernel, [
+                (stand_ins_for(self.kernel, kwargs, parse_layout(layout)), direct.launch)
+                for layout, direct in ready.items()])
+        return next(iter(ready.values())).launch
 
     def _prepare_direct_launch(self, spec: LaunchSpec[CompileKeyT], binary: Any, layout: str) -> None:
         direct = None
@@ -440,6 +453,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             direct = build_direct_launch(self.kernel, spec, self._key_constants(spec.key), binary)
             self._prepared.add(id(binary))
         self._binaries.setdefault(spec.key, {})[layout] = direct
+        self._pickers.pop(spec.key, None)
         self._launches_by_key_id.clear()  # the key's launches changed
 
     def compile(self, key: BinaryKey | CompileKeyT) -> Any:
