@@ -7,6 +7,7 @@ example kernel on real tensors under ``assert_no_compile()`` and checks its byte
 """
 
 import sys
+import time
 
 import torch
 import triton
@@ -17,8 +18,10 @@ from jitkern.testing import assert_no_compile
 from jitkern.warmup import load
 
 fresh, hits = [], []
+started = time.perf_counter()
 with hooks.watching(on_compile=lambda *, cache_hit, src, **_: (hits if cache_hit else fresh).append(src.name)):
     loaded = load(sys.argv[1:])
+print(f"load() of {sum(row.binaries for row in loaded)} binaries: {time.perf_counter() - started:.2f} s")
 for row in loaded:
     print(f"loaded {row.kernel}: {row.binaries} binaries, {row.seconds * 1e3 / row.binaries:.2f} ms each")
 print(f"cache loads {len(hits)}, fresh compiles {len(fresh)}")
