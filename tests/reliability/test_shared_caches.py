@@ -5,6 +5,7 @@ serving side loads through ``jitkern.testing.dry_run_gpu``. ``docs/reliability.m
 (section 9) lists what each tried and what held.
 """
 
+import hashlib
 import multiprocessing
 import os
 import re
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,7 +109,7 @@ def test_an_attacker_who_can_write_redis_gets_nothing_loaded(dry_run_gpu, triton
         cubin = next(name for name in files if name.endswith(".cubin"))
         files[cubin] = files[cubin][:200] + bytes([files[cubin][200] ^ 0xFF]) + files[cubin][201:]
         store.publish(victim, files, victim_key)
-        forged = Lock(honest.keys, dict(honest.entries, **{victim: {n: __import__("hashlib").sha256(d).hexdigest()
+        forged = Lock(honest.keys, dict(honest.entries, **{victim: {n: hashlib.sha256(d).hexdigest()
                                                                         for n, d in files.items()}}))
         store.put_lock(forged, "jitkern-example@cuda:90")
 
@@ -267,7 +269,7 @@ def test_publishing_into_a_full_redis_leaves_whole_entries_only(dry_run_gpu, tri
         check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
         missing = [line for line in check.stdout.splitlines() if line.startswith("  ")]
         assert check.returncode == 1 and missing and all("missing from the remote cache" in m for m in missing)
-        lock_digest = __import__("hashlib").sha256((built / LOCK_FILE).read_bytes()).hexdigest()
+        lock_digest = hashlib.sha256((built / LOCK_FILE).read_bytes()).hexdigest()
         (built / LOCK_FILE).rename(triton_cache / LOCK_FILE)  # the pinned lock is found in the node's cache
         outcome, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
         assert outcome.startswith(f"{len(missing)} of 18 keys") and warned == [], (outcome, warned)
@@ -292,7 +294,7 @@ def test_sixteen_loaders_and_two_publishers_on_one_redis(dry_run_gpu, tmp_path):
     manifest = example_manifest(tmp_path / "m.json", dtypes=["float32", "float16", "bfloat16"])  # 9 keys
     built = tmp_path / "built"
     assert warmup(manifest, "--target", "cuda:90", cache_dir=built).returncode == 0
-    lock_digest = __import__("hashlib").sha256((built / LOCK_FILE).read_bytes()).hexdigest()
+    lock_digest = hashlib.sha256((built / LOCK_FILE).read_bytes()).hexdigest()
     with redis_server(tmp_path) as server:
         publishers = [warmup(manifest, "--target", "cuda:90", "--remote", server.url, cache_dir=built, background=True)
                       for _ in range(2)]
@@ -305,5 +307,5 @@ def test_sixteen_loaders_and_two_publishers_on_one_redis(dry_run_gpu, tmp_path):
     assert [(outcome, warned) for outcome, warned, _ in results] == [("loaded", [])] * 16, results
     lock = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
     for cache in caches:
-        assert set(verified_entries(__import__("pathlib").Path(cache), lock).values()) == {None}
+        assert set(verified_entries(Path(cache), lock).values()) == {None}
     print("attempts per loader:", [attempts for _, _, attempts in results])
