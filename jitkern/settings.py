@@ -23,6 +23,11 @@ class Settings:
     private_cache_dir: str = ""
     """JITKERN_PRIVATE_CACHE_DIR: where to compile when the Triton cache is read-only
     (empty: a new temporary directory)."""
+    portable_paths: bool = False
+    """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
+    AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
+    them on an NVIDIA GPU (``jitkern.targets.Target``). Binaries differ, so a cache is
+    built and used with the same setting."""
 
     @classmethod
     def from_environment(cls) -> "Settings":
@@ -34,6 +39,7 @@ class Settings:
             guard_record_file=os.environ.get("JITKERN_GUARD_RECORD", cls.guard_record_file),
             direct_launch=os.environ.get("JITKERN_DIRECT_LAUNCH", "1") not in ("0", "false", "no"),
             private_cache_dir=os.environ.get("JITKERN_PRIVATE_CACHE_DIR", cls.private_cache_dir),
+            portable_paths=os.environ.get("JITKERN_PORTABLE_PATHS", "0") not in ("", "0", "false", "no"),
         )
 
 
