@@ -27,6 +27,7 @@ class TritonWarmupTensor:
         strides: Sequence[int] | None = None,
         aligned: bool = True,
         name: str | None = None,
+        storage_bytes: int | None = None,
     ):
         self.dtype = dtype
         self.shape = torch.Size(shape)
@@ -35,14 +36,26 @@ class TritonWarmupTensor:
             raise ValueError(f"strides {self._strides} do not match shape {tuple(self.shape)}")
         self.aligned = aligned
         self.name = name
+        self.storage_bytes = storage_bytes
         self.device = torch.device("meta")
 
     def named(self, name: str) -> "TritonWarmupTensor":
         """This stand-in as the ``__call__`` argument ``name``: its strides then say whose they are."""
-        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name)
+        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name, self.storage_bytes)
 
     def data_ptr(self) -> int:
         return 0 if self.aligned else _UNALIGNED_ADDRESS
+
+    def ptr_range(self) -> int:
+        """Bytes of the storage behind the tensor: ``storage_bytes``, else those its shape
+        and strides reach. Triton's AMD backend compiles another binary for a tensor
+        whose storage spans more than 2 GiB (it reads a real tensor's storage size)."""
+        if self.storage_bytes is not None:
+            return self.storage_bytes
+        if 0 in self.shape:
+            return 0
+        reach = sum((size - 1) * abs(stride) for size, stride in zip(self.shape, self._strides))
+        return (1 + reach) * self.element_size()
 
     def stride(self, dim: int | None = None):
         if dim is None:
