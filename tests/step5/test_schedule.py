@@ -192,10 +192,11 @@ def test_serving_schedule_keeps_the_invariant_and_hits_the_manifest(manifest):
 
 
 @pytest.mark.compiled
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.stem for p in MANIFESTS])
-def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest, triton_cache):
-    """Compile every key for cuda:90 with no GPU; then, launching nothing, record a few steps
-    of each kind and check each launch looks up a binary that warmup built."""
+def test_manifest_compiles_and_covers_the_schedule_launches(manifest, target, triton_cache):
+    """Compile every key for the target with no GPU; then, launching nothing, record a few
+    steps of each kind and check each launch looks up a binary that warmup built."""
     from jitkern.targets import compile_only, parse_target
     from jitkern.testing import uncovered_by_warmup
 
@@ -212,7 +213,7 @@ def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest,
             schedule.verify_step()
     expected = {"step5.update_decode", "step5.prefill_summary", "step5.write_ring", "step5.build_prefill_groups"}
     assert expected | ({"step5.update_verify"} if draft_tokens else set()) == {k.name for k, _ in launches}
-    with compile_only(parse_target("cuda:90")):
+    with compile_only(parse_target(target)):
         uncovered = uncovered_by_warmup(launches, keys)
     assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
 
