@@ -290,6 +290,25 @@ def test_an_amd_cache_is_found_by_a_triton_installed_elsewhere(tmp_path):
     assert missed.returncode == 1 and "3 of 3 keys cannot be used from the cache" in missed.stdout, missed.stdout
 
 
+@pytest.mark.compiled
+def test_an_amd_cache_keyed_by_install_path_is_named_in_one_line(tmp_path):
+    """A cache an AMD compiler made with Triton's own key (a jitkern before the path-free
+    key): --check says so, with the count, instead of listing every key."""
+    from jitkern.cache import compiler_identity, record_identity
+
+    manifest = small_manifest(tmp_path / "axpy.json", "float32", ["hip:gfx942"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    maker = compiler_identity("hip:gfx942")
+    del maker["amd_key"]
+    record_identity(str(cache), maker)
+    check = warmup(manifest, "--check", cache_dir=cache)
+    assert check.returncode == 1
+    (line,) = [line for line in check.stdout.splitlines() if line.startswith("this cache was made by")]
+    assert "AMD keys holding Triton's install path" in line.split("; this process is ")[0]
+    assert "path-free AMD keys" in line.split("; this process is ")[1] and line.endswith("3 of 3 keys would recompile")
+
+
 # --- AMD: real launches look up the binaries warmup built -------------------------------------
 
 
@@ -320,4 +339,12 @@ def test_hip_launches_look_up_the_binaries_warmup_built(triton_cache):
                    alpha=0.5)
         (miss,) = testing.uncovered_by_warmup(large, warmed)
         assert "out: a fp16 tensor 16-byte aligned, its storage over 2 GiB; warmed binaries cover " in miss, miss
+        # what the README says to do: the binary as an explicit key, for the AMD targets
+        explicit = triton_cache.parent / "large.json"
+        explicit.write_text(json.dumps({
+            "format_version": 1, "name": "large", "targets": ["hip:gfx942"], "modules": ["jitkern.examples.axpy"],
+            "kernels": [{"kernel": AXPY, "keys": [{"dtype": "float16", "block_size": 1024,
+                                                   "layout": "Out_ptr:*fp16/16/large"}]}]}))
+        (large_key,) = manifest_keys(load_manifest(explicit))[AXPY]
+        assert testing.uncovered_by_warmup(large, {AXPY: warmed[AXPY] + [large_key]}) == []
     assert registry.get_kernel(AXPY) is kernel
