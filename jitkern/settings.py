@@ -27,7 +27,9 @@ class Settings:
     """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
     AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
     them on an NVIDIA GPU (``jitkern.targets.Target``). Binaries differ, so a cache is
-    built and used with the same setting."""
+    built and used with the same setting. Read at each compile: a process that changes it
+    (a test, with ``scope``) calls ``forget_binaries()`` on the kernels, or their direct
+    launches keep running the other setting's binaries."""
 
     @classmethod
     def from_environment(cls) -> "Settings":
