@@ -140,6 +140,30 @@ def test_targets_are_compiled_checked_and_listed_apart(tmp_path):
 
 
 @pytest.mark.compiled
+def test_load_takes_this_gpus_target_from_a_multi_target_cache(triton_cache, tmp_path):
+    from jitkern import hooks, registry
+    from jitkern.examples import axpy  # noqa: F401 - registers the kernel
+    from jitkern.testing import dry_run_gpu
+    from jitkern.warmup import MissingBinary, load
+
+    manifest = small_manifest(tmp_path / "axpy.json", "float16", ["cuda:80", "hip:gfx942"])
+    assert warmup(manifest, "--jobs", "1", cache_dir=triton_cache).returncode == 0
+    fresh = []
+    with hooks.watching(on_compile=lambda *, cache_hit, **_: fresh.append(not cache_hit)):
+        for gpu in ("hip:gfx942", "cuda:80"):
+            registry.get_kernel(AXPY).forget_binaries()
+            with dry_run_gpu(gpu):
+                (loaded,) = load([str(manifest)])
+            assert loaded.binaries == 3
+    assert fresh and not any(fresh)
+    registry.get_kernel(AXPY).forget_binaries()
+    with dry_run_gpu("cuda:90"), pytest.raises(MissingBinary) as missing:
+        load([str(manifest)])
+    assert "3 of 3 keys are not usable in the cache" in str(missing.value) and "for cuda:90" in str(missing.value)
+    assert f"{manifest} do not list cuda:90 among their targets: build with --target cuda:90" in str(missing.value)
+
+
+@pytest.mark.compiled
 def test_without_a_target_each_manifest_is_compiled_for_its_own_targets(tmp_path):
     a100 = small_manifest(tmp_path / "a100.json", "float32", ["cuda:80"])
     mi300 = small_manifest(tmp_path / "mi300.json", "float16", ["hip:gfx942", "hip:gfx950"])
