@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from jitkern.settings import interpreting
+from jitkern import targets
 from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 
@@ -37,9 +37,15 @@ LAYOUTS = {
 FLOAT_DTYPE = torch.float32
 INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
-# The interpreter cannot run the grid-dependency instructions (inline PTX); it has no
-# grid to wait on either. Fixed when the kernels are decorated, so read once.
-GDC_AVAILABLE = not interpreting()
+
+def use_gdc(launch_pdl: bool) -> bool:
+    """Whether a kernel launched with ``launch_pdl`` waits on its grid dependency
+    (``griddepcontrol``, inline PTX): only where the target being compiled for has PDL
+    (NVIDIA sm_90 and newer, not with ``JITKERN_PORTABLE_PATHS=1``). Elsewhere (sm_80,
+    AMD, the CPU interpreter, which runs no inline PTX and has no grid to wait on) the
+    key compiles to the plain kernel, and jitkern launches it without PDL
+    (``jitkern.targets.fit_launch_options``)."""
+    return launch_pdl and targets.current().pdl
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -66,8 +72,9 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     """Whether to launch with programmatic dependent launch.
 
     ``pdl_kwargs`` is what an engine passes along (``{"launch_pdl": True}`` or empty).
-    PDL needs Hopper (sm_90) or newer; elsewhere (older GPUs, the CPU interpreter) the
-    request is dropped rather than failing, so one engine config runs everywhere.
+    PDL needs NVIDIA Hopper (sm_90) or newer; elsewhere (older GPUs, AMD, the CPU
+    interpreter) the request is dropped rather than failing, so one engine config runs
+    everywhere.
     """
     if pdl_kwargs is not None and not isinstance(pdl_kwargs, dict):
         raise ValueError(f"pdl_kwargs: expected a dict like {{'launch_pdl': True}}, got {type(pdl_kwargs).__name__}")
@@ -80,7 +87,7 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
 
 
 def _supports_pdl(device: torch.device) -> bool:
-    if device.type != "cuda":
+    if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _capability_major(index) >= 9

@@ -41,7 +41,7 @@ import triton.language as tl
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern import kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
-from deepseek_v4.common import FLOAT_DTYPE, GDC_AVAILABLE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl
+from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
 
 # Ratio 128: the tokens a program scans (at most SCAN) are the largest power of two that
 # still leaves at least this many programs (chunks x column groups); see _chunk.
@@ -332,7 +332,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             BLOCK_D=key.block_d,
             PROGRAM_D=key.program_d,
             SCAN=key.scan,
-            USE_GDC=key.launch_pdl and GDC_AVAILABLE,
+            USE_GDC=use_gdc(key.launch_pdl),
             num_warps=key.num_warps,
             launch_pdl=key.launch_pdl,
         )

@@ -19,7 +19,6 @@ from jitkern import kernel_launcher, keys
 from jitkern.validation import check_int
 from deepseek_v4.common import (
     FLOAT_DTYPE,
-    GDC_AVAILABLE,
     INDEX_DTYPES,
     LAYOUTS,
     check_float_tensor,
@@ -29,6 +28,7 @@ from deepseek_v4.common import (
     index_dtype_names,
     layout_of,
     resolve_pdl,
+    use_gdc,
 )
 
 _INDEX_DTYPES = tuple(INDEX_DTYPES.values())
@@ -182,7 +182,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             STATE_WIDTH=key.state_width,
             COMPRESS_RATIO=key.compress_ratio,
             BLOCK_SIZE=key.block_size,
-            USE_GDC=key.launch_pdl and GDC_AVAILABLE,
+            USE_GDC=use_gdc(key.launch_pdl),
             num_warps=key.num_warps,
             launch_pdl=key.launch_pdl,
         )

@@ -15,9 +15,11 @@ from jitkern.warmup_inputs import TritonWarmupTensor
 
 from jitkern import cache as _cache
 from jitkern import guard as _guard
+from jitkern import targets as _targets
 
 _cache.install()
 _guard.install_from_environment()
+_targets.install_path_free_amd_key()
 
 __all__ = [
     "BinaryKey",

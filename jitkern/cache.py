@@ -495,12 +495,15 @@ def install() -> None:
 # --- who made a cache ---------------------------------------------------------------
 
 
-def compiler_identity(target: str) -> dict[str, str]:
+def compiler_identity(target: str) -> dict[str, Any]:
     """What decides whether this process finds a cache's binaries: Triton's build (its
-    cache key hashes its own sources and libtriton), ptxas, the Python build, the target."""
+    cache key hashes its own sources and libtriton), ptxas (NVIDIA), the device libraries
+    and how their key is made (AMD), portable paths, the Python build, the target."""
     from triton.runtime import cache as triton_cache
 
-    identity = {
+    from jitkern.targets import AMD_KEY, amd_libraries_digest
+
+    identity: dict[str, Any] = {
         "triton": triton.__version__,
         "triton_build": hashlib.sha256(triton_cache.triton_key().encode()).hexdigest()[:16],
         "python": platform.python_version(),
@@ -512,6 +515,11 @@ def compiler_identity(target: str) -> dict[str, str]:
         version = get_ptxas_version()
         release, build = re.search(r"V([\d.]+)", version), re.search(r"Build (\S+)", version)
         identity["ptxas"] = " ".join(m.group(1) for m in (release, build) if m) or version.strip()
+    if target.startswith("hip"):
+        identity["amd_libs"] = amd_libraries_digest()
+        identity["amd_key"] = AMD_KEY
+    if settings.current().portable_paths:
+        identity["portable_paths"] = True
     return identity
 
 
@@ -542,9 +550,11 @@ def recorded_identities(cache_dir: str) -> list[dict[str, Any]] | None:
     return [m for m in makers if isinstance(m, dict)] if isinstance(makers, list) else None
 
 
-KEYED_FIELDS = ("triton", "triton_build", "ptxas", "target")
+KEYED_FIELDS = ("triton", "triton_build", "ptxas", "amd_libs", "amd_key", "portable_paths", "target")
 """What Triton's cache keys depend on. The Python version is recorded for people: the
-build hash already tells wheels for different Pythons apart."""
+build hash already tells wheels for different Pythons apart. ``amd_key`` names how the
+key of an AMD binary is made (``jitkern.targets.install_path_free_amd_key``): a cache
+whose maker hashed Triton's install path into it records none."""
 
 
 def foreign_maker(cache_dir: str, identity: dict[str, str]) -> dict[str, Any] | None:
@@ -560,6 +570,12 @@ def describe_identity(identity: dict[str, Any]) -> str:
              f"Python {identity.get('python')}"]
     if identity.get("ptxas"):
         parts.append(f"ptxas {identity['ptxas']}")
+    if str(identity.get("target", "")).startswith("hip"):
+        parts.append(f"AMD libraries {identity.get('amd_libs')}, "
+                     + (f"{identity['amd_key']} AMD keys" if identity.get("amd_key") else
+                        "AMD keys holding Triton's install path (a jitkern without install_path_free_amd_key)"))
+    if identity.get("portable_paths"):
+        parts.append("portable paths (JITKERN_PORTABLE_PATHS=1)")
     return ", ".join(parts) + f" for {identity.get('target')}"
 
 

@@ -25,15 +25,16 @@ from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import hooks, registry
 from jitkern.cache import DamagedCacheEntry, EntryState, lookup_entry, read_roots
-from jitkern.kernel import JitKernel, key_name
-from jitkern.targets import compile_only, parse_target
+from jitkern.kernel import JitKernel, TritonJitKernel, key_name
+from jitkern.specialisation import BinaryKey
+from jitkern.targets import compile_only, current as current_target, fit_launch_options, parse_target
 
 COMPILED, CACHED, FAILED = "compiled", "cached", "failed"
 
 
 @dataclass(frozen=True)
 class CompileTask:
-    """One key to build: which kernel, which key, for which target (``cuda:90``)."""
+    """One key to build: which kernel, which key, for which target (``cuda:90``, ``hip:gfx942``)."""
 
     kernel_name: str
     key: Any
@@ -51,6 +52,8 @@ class CompileOutcome:
     error: str = ""
     replaced: str = ""
     """Why the cache's entry for the key could not be used, when this run replaced it."""
+    notes: tuple[str, ...] = ()
+    """What the target could not grant the key, which was built without it (PDL before sm_90)."""
 
 
 def compile_task(task: CompileTask) -> CompileOutcome:
@@ -71,13 +74,22 @@ def compile_task(task: CompileTask) -> CompileOutcome:
         try:
             with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
                 binary = kernel.compile(task.key)
+                notes = target_notes(kernel, task.key)
             if binary is not None:
                 build_launcher(binary)
         except Exception as error:  # the compiler's message is the useful part
             return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
     replaced = "; ".join(str(w.message) for w in caught if issubclass(w.category, DamagedCacheEntry))
     status = COMPILED if any(fresh_compiles) else CACHED
-    return CompileOutcome(task, status, time.perf_counter() - start, replaced=replaced)
+    return CompileOutcome(task, status, time.perf_counter() - start, replaced=replaced, notes=notes)
+
+
+def target_notes(kernel: JitKernel, key: Any) -> tuple[str, ...]:
+    """What the target compiled for now cannot grant ``key`` (``fit_launch_options``)."""
+    if not isinstance(kernel, TritonJitKernel):
+        return ()
+    compile_key = key.key if isinstance(key, BinaryKey) else key
+    return tuple(fit_launch_options(kernel.constants(compile_key), current_target())[1])
 
 
 def compile_tasks(

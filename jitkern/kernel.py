@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 import torch
 
-from jitkern import registry, settings
+from jitkern import registry, settings, targets
 from jitkern.direct_launch import build_direct_launch, layout_picker
 from jitkern.settings import interpreting
 from jitkern.warmup_inputs import TritonWarmupTensor
@@ -133,7 +133,7 @@ class JitKernel(Generic[CompileKeyT]):
             cls._instance._prepared = set()  # ids of the binaries in _binaries (TritonJitKernel)
             cls._instance._pickers = {}  # compile key -> layout_picker of its binaries, when several
             cls._instance._launches_by_key_id = {}  # id(key) -> (key, its direct launch) (TritonJitKernel)
-            cls._instance._constants = {}  # compile key -> constants(key), checked (TritonJitKernel)
+            cls._instance._constants = {}  # (compile key, target) -> constants(key), checked (TritonJitKernel)
             cls._instance._stand_ins = {}  # (compile key, backend) -> stand-in kwargs, their specialisation
         return cls._instance
 
@@ -405,14 +405,18 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._launches_by_key_id.clear()
 
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
-        constants = self._constants.get(key)
+        """``constants(key)`` for the target compiled for now (``jitkern.targets.current``:
+        a kernel may choose its code paths by target), with Triton's launch options fitted
+        to that target; kept per key and target."""
+        target = targets.current()
+        constants = self._constants.get((key, target))
         if constants is None:
-            constants = self.constants(key)
+            constants, _notes = targets.fit_launch_options(self.constants(key), target)
             runtime = constants.keys() & (set(self.kernel.arg_names) - self._constexpr_names)
             if runtime:
                 raise TypeError(f"{self.name}: constants({key_name(key)}) gives {sorted(runtime)}, which are not "
                                 f"constexprs: the LaunchSpec passes them")
-            self._constants[key] = constants
+            self._constants[(key, target)] = constants
         return constants
 
     @functools.cached_property

@@ -35,6 +35,13 @@ class Settings:
     lock_key: str = ""
     """JITKERN_LOCK_KEY: HMAC-SHA256 key; entries published with it are trusted. The
     store must never see it."""
+    portable_paths: bool = False
+    """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
+    AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
+    them on an NVIDIA GPU (``jitkern.targets.Target``). Binaries differ, so a cache is
+    built and used with the same setting. Read at each compile: a process that changes it
+    (a test, with ``scope``) calls ``forget_binaries()`` on the kernels, or their direct
+    launches keep running the other setting's binaries."""
 
     @classmethod
     def from_environment(cls) -> "Settings":
@@ -50,6 +57,7 @@ class Settings:
             remote_timeout=_positive_float("JITKERN_REMOTE_TIMEOUT", cls.remote_timeout),
             lock_digest=os.environ.get("JITKERN_LOCK_DIGEST", cls.lock_digest).strip().lower(),
             lock_key=os.environ.get("JITKERN_LOCK_KEY", cls.lock_key),
+            portable_paths=os.environ.get("JITKERN_PORTABLE_PATHS", "0") not in ("", "0", "false", "no"),
         )
 
 

@@ -28,6 +28,8 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from jitkern.warmup_inputs import TracedStride, TritonWarmupTensor
 
 if TYPE_CHECKING:
@@ -91,20 +93,47 @@ def specialisation(jit_function: Any, kwargs: dict[str, Any]) -> dict[str, str]:
     from triton._C.libtriton import native_specialize_impl
 
     backend = specialising_backend()
+    ranged = marks_pointer_range(backend)
     texts = {}
     for param in runtime_params(jit_function):
         if param.name not in kwargs:
             continue
         kind, key = native_specialize_impl(backend, kwargs[param.name], param.is_const,
                                            not param.do_not_specialize, not param.do_not_specialize_on_alignment)
-        texts[param.name] = _text(kind, key)
+        texts[param.name] = _text(kind, key, ranged)
     return texts
 
 
-def _text(kind: Any, key: Any) -> str:
+def _text(kind: Any, key: Any, ranged: bool = False) -> str:
+    """Triton's (type, key) as text. Key letters: ``D`` a multiple of 16 (``/16``); on a
+    backend that marks pointers whose storage spans at most 2 GiB (``S``: AMD, for its
+    buffer loads, ``ranged``), a pointer without the mark reads ``/large``. So a launch
+    within 2 GiB reads the same on every backend."""
     if kind == "constexpr":
         return repr(key)
-    return f"{kind}/16" if key == "D" else str(kind)
+    letters = key if isinstance(key, str) else ""
+    text = f"{kind}/16" if "D" in letters else str(kind)
+    if ranged and text.startswith("*") and "S" not in letters:
+        text += LARGE
+    return text
+
+
+LARGE = "/large"
+"""A pointer whose storage spans more than 2 GiB, on a backend that specialises on it."""
+
+
+def marks_pointer_range(backend: Any) -> bool:
+    """Whether ``backend`` marks a pointer whose storage spans at most 2 GiB (Triton's AMD
+    backend does while ``knobs.amd.use_buffer_ops`` is on): asked of Triton's specialiser."""
+    from triton._C.libtriton import native_specialize_impl
+
+    if getattr(backend, "supports_native_tensor_specialization", True):
+        return False
+    _kind, key = native_specialize_impl(backend, _SMALL_PROBE, False, True, True)
+    return isinstance(key, str) and "S" in key
+
+
+_SMALL_PROBE = TritonWarmupTensor(torch.uint8, (16,))
 
 
 def specialising_backend() -> Any:
@@ -117,16 +146,20 @@ def specialising_backend() -> Any:
         target = driver.active.get_current_target()
     except Exception:  # the interpreter, or no GPU and no compile-only driver
         return BaseBackend
-    return _backend_class(target.backend)
+    return _backend_class(target)
 
 
 @functools.cache
-def _backend_class(name: str) -> Any:
+def _backend_class(target: Any) -> Any:
+    """The compiler class Triton picks for ``target`` (Triton's ``backends`` are keyed by
+    package, ``nvidia`` and ``amd``, not by the target's ``cuda`` and ``hip``)."""
     from triton.backends import backends
     from triton.backends.compiler import BaseBackend
 
-    backend = backends.get(name)
-    return backend.compiler if backend is not None else BaseBackend
+    for backend in backends.values():
+        if backend.compiler.supports_target(target):
+            return backend.compiler
+    return BaseBackend
 
 
 def layout_text(differences: dict[str, str]) -> str:
@@ -161,8 +194,8 @@ def int_classes(param: Any, large: bool) -> tuple[str, ...]:
 def representative(text: str, like: Any) -> Any:
     """A value Triton specialises as ``text``; a tensor stands in for a tensor ``like``."""
     if text.startswith("*"):
-        return TritonWarmupTensor(like.dtype, like.shape, like.stride(), aligned=text.endswith("/16"),
-                                  name=like.name, varying=like.varying)
+        return TritonWarmupTensor(like.dtype, like.shape, like.stride(), aligned="/16" in text, name=like.name,
+                                  varying=like.varying, storage_bytes=I32_LIMIT if text.endswith(LARGE) else None)
     kind, _, divisible = text.partition("/")
     if kind == "1":
         return 1
@@ -244,8 +277,9 @@ def argument_domains(kernel: "TritonJitKernel", kwargs: dict[str, Any], base: di
         if text.startswith("*"):
             tensor = found.tensors.get(param.name)
             movable = tensor is not None and layout.allows_unaligned(tensor) and not param.do_not_specialize_on_alignment
-            unaligned = text.removesuffix("/16")
-            domains[param.name] = (unaligned + "/16", unaligned) if movable else (text,)
+            unaligned = text.replace("/16", "")
+            aligned = unaligned.replace(LARGE, "/16" + LARGE) if unaligned.endswith(LARGE) else unaligned + "/16"
+            domains[param.name] = (aligned, unaligned) if movable else (text,)
         elif isinstance(value, bool) or not isinstance(value, int):
             domains[param.name] = (text,)
         elif param.name in found.strides:
@@ -293,8 +327,9 @@ def explain_miss(launched: dict[str, str], warmed: list[dict[str, str]], origins
 
 def _words(text: str) -> str:
     if text.startswith("*"):
-        kind = text[1:].removesuffix("/16")
-        return f"a {kind} tensor {'16-byte aligned' if text.endswith('/16') else 'not 16-byte aligned'}"
+        kind = text[1:].removesuffix(LARGE).removesuffix("/16")
+        storage = ", its storage over 2 GiB" if text.endswith(LARGE) else ""
+        return f"a {kind} tensor {'16-byte aligned' if '/16' in text else 'not 16-byte aligned'}{storage}"
     if text == "1":
         return "equal to 1"
     kind, _, divisible = text.partition("/")

@@ -1,13 +1,14 @@
 """``python -m jitkern.warmup``: compile, list or check every variant of a deployment.
 
-    python -m jitkern.warmup MANIFEST... [--target cuda:90] [--cache-dir DIR] [--jobs N]
+    python -m jitkern.warmup MANIFEST... [--target cuda:80,cuda:90,hip:gfx942] [--cache-dir DIR] [--jobs N]
                              [--check | --list | --load] [--remote URL] [--report FILE] [--no-progress]
     python -m jitkern.warmup schema
     python -m jitkern.warmup merge-record RECORD MANIFEST
     python -m jitkern.warmup pack MANIFEST... --target T [--cache-dir DIR] --out DIST
 
-With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (or with
-no GPU, for the manifests' own targets) it compiles for that target with no GPU needed.
+With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (a
+comma-separated list) for those targets, and with no GPU and no ``--target`` for each
+manifest's own targets, with no GPU needed.
 The work itself lives in importable functions (``resolve``, ``run_compile``,
 ``run_check``); this module parses arguments and prints.
 """
@@ -26,47 +27,62 @@ from typing import Any
 
 from jitkern.cache import (CacheEntryUnusable, compiler_identity, describe_identity, foreign_maker, record_identity,
                            recorded_identities, refusing_compiles, wheel_roots)
-from jitkern.compile import (CACHED, COMPILED, FAILED, CompileOutcome, compile_tasks, default_jobs, entry_state,
-                             prepare_triton, tasks_for)
+from jitkern.compile import (CACHED, COMPILED, FAILED, CompileOutcome, CompileTask, compile_tasks, default_jobs,
+                             entry_state, prepare_triton, tasks_for)
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
 from jitkern.settings import interpreting
 from jitkern.share import build_lock, check_remote, deployment_name, publish, write_lock
-from jitkern.targets import local_target, parse_target, target_name
+from jitkern.targets import local_target, parse_target, parse_targets, target_name
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a run covers: the manifests, their (kernel, key) pairs, and the targets."""
+    """What a run covers: the manifests, their (kernel, key) pairs, and for each target
+    the pairs compiled for it."""
 
     manifests: list[LoadedManifest]
     entries: list[tuple[str, Any]]
-    targets: list[str]
+    by_target: dict[str, list[tuple[str, Any]]]
     modules: list[str]
 
-    def tasks(self):
-        return tasks_for(self.entries, self.targets)
+    @property
+    def targets(self) -> list[str]:
+        return list(self.by_target)
+
+    def tasks(self) -> list[CompileTask]:
+        return [task for target, entries in self.by_target.items() for task in tasks_for(entries, [target])]
 
 
 def resolve(manifest_paths: list[str], target: str | None) -> tuple[Plan, str]:
-    """Load every manifest (all errors before any work) and choose the targets."""
+    """Load every manifest (all errors before any work) and choose the targets.
+
+    ``target``: a comma-separated list (``cuda:80,cuda:90,hip:gfx942``) for which every
+    key of every manifest is compiled. Without it, this machine's GPU; with no GPU here,
+    each manifest's keys for that manifest's own ``targets``.
+    """
     manifests = [load_manifest(path) for path in manifest_paths]
-    entries = list(dict.fromkeys(
-        (entry.kernel.name, key) for loaded in manifests for entry in loaded.entries for key in entry.keys
-    ))
+    entries_of = [list(dict.fromkeys((entry.kernel.name, key) for entry in loaded.entries for key in entry.keys))
+                  for loaded in manifests]
+    entries = list(dict.fromkeys(pair for pairs in entries_of for pair in pairs))
     modules = list(dict.fromkeys(module for loaded in manifests for module in loaded.manifest.modules))
     if target is not None:
-        targets = [target_name(parse_target(target))]
-        note = f"compiling for {targets[0]} (no GPU needed)"
+        targets = parse_targets(target)
+        by_target = {name: entries for name in targets}
+        note = f"compiling for {', '.join(targets)} (no GPU needed)"
     elif (here := local_target()) is not None:
         # Compiled through the same compile-only driver as a named target: the cache
         # entries are those this GPU looks up, and workers can fork without GPU state.
-        targets = [target_name(here)]
-        note = f"compiling for this machine's GPU ({targets[0]})"
+        by_target = {target_name(here): entries}
+        note = f"compiling for this machine's GPU ({target_name(here)})"
     else:
-        targets = list(dict.fromkeys(t for loaded in manifests for t in loaded.manifest.targets))
-        note = f"no GPU here: compiling for the manifests' targets {', '.join(targets)} (no GPU needed)"
-    return Plan(manifests, entries, targets, modules), note
+        by_target = {}
+        for loaded, pairs in zip(manifests, entries_of):
+            for name in loaded.manifest.targets:
+                name = target_name(parse_target(name))
+                by_target[name] = list(dict.fromkeys(by_target.get(name, []) + pairs))
+        note = f"no GPU here: compiling each manifest for its targets ({', '.join(by_target)}), no GPU needed"
+    return Plan(manifests, entries, by_target, modules), note
 
 
 def run_compile(plan: Plan, jobs: int, progress: bool = True) -> list[CompileOutcome]:
@@ -104,9 +120,8 @@ def run_check(plan: Plan, progress: bool = True) -> CheckResult:
             unusable[task.target].append(f"{task.describe()}: {state.problem}")
         bar.update(1)
     bar.close()
-    per_target = len(tasks) // max(len(plan.targets), 1)
-    foreign = [line for target in plan.targets
-               if (line := foreign_cache_line(target, len(unusable[target]), per_target)) is not None]
+    foreign = [line for target, entries in plan.by_target.items()
+               if (line := foreign_cache_line(target, len(unusable[target]), len(entries))) is not None]
     return CheckResult(len(tasks), [line for lines in unusable.values() for line in lines], foreign)
 
 
@@ -151,7 +166,8 @@ class MissingBinary(RuntimeError):
 def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     """Warm start: load every binary of the manifests into this process, compiling nothing.
 
-    Each key is taken from Triton's cache onto this machine's GPU and its direct launch
+    Each key is taken from Triton's cache (which may hold binaries of other targets too:
+    only this GPU's target is looked up) onto this machine's GPU and its direct launch
     prepared, so the first request launches at full speed. Keys the cache lacks, or holds
     damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
     cache made by another compiler build is reported in one line, with the count.
@@ -162,6 +178,7 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     if interpreting():
         return []
     start_process()  # once per process: not a cost of any one binary
+    here, entries = next(iter(plan.by_target.items()))  # this GPU's target (with none: the manifests' first)
     fresh: list[str] = []
 
     def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
@@ -171,7 +188,7 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     loaded: dict[str, LoadedKernel] = {}
     unusable: list[str] = []
     with hooks.watching(on_compile=on_compile), refusing_compiles():
-        for name, key in plan.entries:
+        for name, key in entries:
             start = time.perf_counter()
             try:
                 registry.get_kernel(name).compile(key)
@@ -184,10 +201,14 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
             previous = loaded.get(name, LoadedKernel(name, 0, 0.0))
             loaded[name] = LoadedKernel(name, previous.binaries + 1, previous.seconds + time.perf_counter() - start)
     if unusable:
-        foreign = foreign_cache_line(plan.targets[0], len(unusable), len(plan.entries))
+        foreign = foreign_cache_line(here, len(unusable), len(entries))
+        elsewhere = [str(manifest.path) for manifest in plan.manifests
+                     if here not in {target_name(parse_target(t)) for t in manifest.manifest.targets}]
+        hint = (f"; {', '.join(elsewhere)} do not list {here} among their targets: build with --target {here}"
+                if elsewhere else "")
         raise MissingBinary(foreign or (
-            f"{len(unusable)} of {len(plan.entries)} keys are not usable in the cache {cache_directory()} "
-            "(run python -m jitkern.warmup on the manifests):\n  " + "\n  ".join(unusable)))
+            f"{len(unusable)} of {len(entries)} keys are not usable in the cache {cache_directory()} for {here} "
+            f"(run python -m jitkern.warmup on the manifests{hint}):\n  " + "\n  ".join(unusable)))
     return list(loaded.values())
 
 
@@ -212,15 +233,20 @@ def start_process() -> float:
 
 
 def summarise(outcomes: list[CompileOutcome]) -> list[dict[str, Any]]:
-    """One row per kernel: keys, compiled, cached, failed, seconds."""
-    rows: dict[str, dict[str, Any]] = {}
+    """One row per target and kernel: keys, compiled, cached, failed, seconds, and how
+    many keys had each note (a request the target could not grant, e.g. PDL on sm_80)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
     for outcome in outcomes:
-        row = rows.setdefault(outcome.task.kernel_name, {
-            "kernel": outcome.task.kernel_name, "keys": 0, COMPILED: 0, CACHED: 0, FAILED: 0, "seconds": 0.0,
+        task = outcome.task
+        row = rows.setdefault((task.target, task.kernel_name), {
+            "target": task.target, "kernel": task.kernel_name, "keys": 0, COMPILED: 0, CACHED: 0, FAILED: 0,
+            "seconds": 0.0, "notes": {},
         })
         row["keys"] += 1
         row[outcome.status] += 1
         row["seconds"] += outcome.seconds
+        for note in outcome.notes:
+            row["notes"][note] = row["notes"].get(note, 0) + 1
     return list(rows.values())
 
 
@@ -238,18 +264,36 @@ def report(outcomes: list[CompileOutcome], wall_seconds: float, plan: Plan) -> d
     }
 
 
+_COUNTS = ("keys", COMPILED, CACHED, FAILED, "seconds")
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    header = ("kernel", "keys", COMPILED, CACHED, FAILED, "seconds")
-    lines = [tuple(str(row[c]) if c != "seconds" else f"{row[c]:.2f}" for c in header) for row in rows]
-    totals = Counter()
+    """The report as a table: a row per target and kernel, a total per target when there
+    are several targets, a total; a note column counts the keys with a note (listed
+    below the table by ``format_notes``)."""
+    cell = lambda row, c: f"{row[c]:.2f}" if c == "seconds" else str(row[c])  # noqa: E731
+    header = ("target", "kernel", *_COUNTS, "notes")
+    lines, per_target = [], {}
     for row in rows:
-        totals.update({c: row[c] for c in header[1:]})
-    lines.append(("total",) + tuple(str(totals[c]) if c != "seconds" else f"{totals[c]:.2f}" for c in header[1:]))
+        noted = sum(row.get("notes", {}).values())
+        lines.append((row["target"], row["kernel"], *(cell(row, c) for c in _COUNTS), f"{noted} noted" if noted else ""))
+        per_target.setdefault(row["target"], Counter()).update({c: row[c] for c in _COUNTS})
+    totals = sum(per_target.values(), Counter())
+    if len(per_target) > 1:
+        lines += [(target, "total", *(cell(counts, c) for c in _COUNTS), "") for target, counts in per_target.items()]
+    lines.append(("all", "total", *(cell(totals, c) for c in _COUNTS), ""))
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines)]
     render = lambda cells: "  ".join(  # noqa: E731
-        cell.ljust(width) if i == 0 else cell.rjust(width) for i, (cell, width) in enumerate(zip(cells, widths))
-    )
+        cell.ljust(width) if i < 2 or i == len(cells) - 1 else cell.rjust(width)
+        for i, (cell, width) in enumerate(zip(cells, widths))
+    ).rstrip()
     return "\n".join([render(header), render(tuple("-" * w for w in widths))] + [render(line) for line in lines])
+
+
+def format_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per target, kernel and note: ``note: K for T: N keys: ...``."""
+    return [f"note: {row['kernel']} for {row['target']}: {count} key{'s' if count > 1 else ''}: {note}"
+            for row in rows for note, count in row.get("notes", {}).items()]
 
 
 def _progress_bar(total: int, description: str, enabled: bool):
@@ -285,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps the examples' lines as written
     )
     parser.add_argument("manifests", nargs="+", metavar="MANIFEST", help="warmup manifest JSON files")
-    parser.add_argument("--target", help="compile for this GPU target (e.g. cuda:90) on any machine, no GPU needed")
+    parser.add_argument("--target", help="compile for these GPU targets, comma-separated (e.g. cuda:80,cuda:90,hip:gfx942), "
+                        "on any machine, no GPU needed; default: this GPU's, else each manifest's targets")
     parser.add_argument("--cache-dir", help="Triton cache directory (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     parser.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes (default: cores here)")
     mode = parser.add_mutually_exclusive_group()
@@ -352,9 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:
-        for name, key in plan.entries:
-            print(f"{name}[{','.join(f'{k}={v}' for k, v in key_fields(key).items())}]")
-        print(f"{len(plan.entries)} keys")
+        for target, entries in plan.by_target.items():
+            for name, key in entries:
+                print(f"{name}[{','.join(f'{k}={v}' for k, v in key_fields(key).items())}] for {target}")
+        counts = {target: len(entries) for target, entries in plan.by_target.items()}
+        total = sum(counts.values())
+        print(f"{total} keys for {plan.targets[0]}" if len(counts) == 1 else
+              f"{total} keys: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
         return 0
     if args.load:
         return _print_load(args.manifests)
@@ -385,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     outcomes = run_compile(plan, args.jobs, progress)
     wall = time.perf_counter() - start
-    print(format_table(summarise(outcomes)))
+    rows = summarise(outcomes)
+    print(format_table(rows))
+    for line in format_notes(rows):
+        print(line)
     print(f"wall time {wall:.2f} s with {min(args.jobs, max(len(outcomes), 1))} worker(s)")
     summary = report(outcomes, wall, plan)
     if args.report:
@@ -394,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         if outcome.replaced:
             print(f"replaced a damaged entry of {outcome.task.describe()}: {outcome.replaced}", file=sys.stderr)
     for failure in summary["failures"]:
-        print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])}:\n  {failure['error']}", file=sys.stderr)
+        print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])} for {failure['target']}:\n  {failure['error']}",
+              file=sys.stderr)
     locked = build_lock(plan.tasks())
     path, lock_digest = write_lock(cache_directory(), locked.lock)
     print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")

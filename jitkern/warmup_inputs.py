@@ -31,6 +31,7 @@ class TritonWarmupTensor:
         aligned: bool = True,
         name: str | None = None,
         varying: Sequence[int] = (0,),
+        storage_bytes: int | None = None,
     ):
         self.dtype = dtype
         self.shape = torch.Size(shape)
@@ -40,11 +41,13 @@ class TritonWarmupTensor:
         self.aligned = aligned
         self.name = name
         self.varying = tuple(dim % len(self.shape) for dim in varying) if self.shape else ()
+        self.storage_bytes = storage_bytes
         self.device = torch.device("meta")
 
     def named(self, name: str) -> "TritonWarmupTensor":
         """This stand-in as the ``__call__`` argument ``name``: its strides then say whose they are."""
-        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name, self.varying)
+        return TritonWarmupTensor(self.dtype, self.shape, self._strides, self.aligned, name, self.varying,
+                                  self.storage_bytes)
 
     def is_contiguous(self) -> bool:
         return self._strides == contiguous_strides(self.shape)
@@ -56,6 +59,17 @@ class TritonWarmupTensor:
 
     def data_ptr(self) -> int:
         return 0 if self.aligned else _UNALIGNED_ADDRESS
+
+    def ptr_range(self) -> int:
+        """Bytes of the storage behind the tensor: ``storage_bytes``, else those its shape
+        and strides reach. Triton's AMD backend compiles another binary for a tensor
+        whose storage spans more than 2 GiB (it reads a real tensor's storage size)."""
+        if self.storage_bytes is not None:
+            return self.storage_bytes
+        if 0 in self.shape:
+            return 0
+        reach = sum((size - 1) * abs(stride) for size, stride in zip(self.shape, self._strides))
+        return (1 + reach) * self.element_size()
 
     def stride(self, dim: int | None = None):
         if dim is None:

@@ -1,28 +1,48 @@
 """Triton helpers shared by the Step5 summary kernels: the online softmax of a region,
 the fp8 encoding of a summary, and the addresses of ring rows and summaries.
 
-Two helpers take another path under Triton's CPU interpreter (our CI) than on the GPU:
+Some helpers take a path per target, chosen by two constexprs each kernel takes from its
+``constants(key)`` (``target_paths``), so that one kernel compiles for every GPU:
 
-- The fp8 encoding. On the GPU the hardware rounds (``cvt.rn.bf16.f32``, then
-  ``cvt.rn.satfinite.e4m3x2.f32``), exactly as the spec asks. The interpreter rounds
-  fp32 -> bf16 and fp32 -> fp8 wrongly (no carry into the exponent, no saturation), so
-  there the same bytes come from integer operations. ``test_fp8_encoding...`` checks
-  each path where it runs.
-- ``exp``: on the GPU, ``tl.exp``'s own ``ex2.approx`` but flushing subnormals (below).
+- The fp8 encoding (``HW_FP8``). On NVIDIA sm_89 and newer the hardware rounds
+  (``cvt.rn.bf16.f32``, then ``cvt.rn.satfinite.e4m3x2.f32``), exactly as the spec
+  asks. Elsewhere the same bytes come from integer operations: sm_80 and sm_86 have no
+  fp8 conversion; AMD's hardware fp8 is the fnuz variant, not the OCP e4m3 the summary
+  cache stores; and the CPU interpreter rounds fp32 -> bf16 and fp32 -> fp8 wrongly (no
+  carry into the exponent, no saturation). ``test_fp8_encoding...`` checks each path
+  where it runs.
+- The NVIDIA paths (``NVIDIA``): ``exp`` as ``tl.exp``'s own ``ex2.approx`` but flushing
+  subnormals (below), a fence that keeps ptxas from sinking loads (``_loads_issued``),
+  and a select between pointers (``_region_row``). Elsewhere (AMD, which has no PTX; the
+  interpreter, which has no inline asm) ``tl.exp``, no fence, and a select between
+  addresses.
+
+``JITKERN_PORTABLE_PATHS=1`` makes an NVIDIA GPU take the portable paths (neither flag),
+so they can be checked there against the references.
 """
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
 import triton
 import triton.language as tl
 
+from jitkern import targets
+
 REGION = 8  # positions per region
 DIM = 256  # index-head dimension
 RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
-# Fixed when this module is imported, like Triton's own mode (``TRITON_INTERPRET``).
-_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+_HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
+
+
+def target_paths() -> dict[str, Any]:
+    """The code-path constexprs of the target being compiled for (``jitkern.targets``):
+    ``NVIDIA`` (inline PTX and ptxas-tuned forms: any NVIDIA GPU, not with portable paths)
+    and ``HW_FP8`` (the hardware bf16 and OCP fp8 e4m3 conversions: NVIDIA sm_89 and
+    newer, not with portable paths)."""
+    target = targets.current()
+    return dict(NVIDIA=target.ptx, HW_FP8=target.cuda_at_least(_HW_FP8_CAPABILITY))
 
 
 @triton.jit
@@ -54,27 +74,28 @@ def _neg_inf():
 
 
 @triton.jit
-def _exp(x):
-    """e^x, as ``tl.exp`` computes it on the GPU (``ex2.approx`` of ``x * log2(e)``) but with
-    subnormals flushed to zero (``.ftz``), which spares the fix-up ptxas wraps around each
-    ``ex2.approx.f32``: 0.1-0.2 us of a decode step (device notes 18). A weight below 2^-126
-    is that far below the region's largest weight (1), so no summary byte moves by more
-    than the spec's one step for a GPU exp (a zero may change sign: 0 steps).
+def _exp(x, NVIDIA: tl.constexpr):
+    """e^x. With NVIDIA, as ``tl.exp`` computes it on NVIDIA (``ex2.approx`` of ``x * log2(e)``)
+    but with subnormals flushed to zero (``.ftz``), which spares the fix-up ptxas wraps
+    around each ``ex2.approx.f32``: 0.1-0.2 us of a decode step (device notes 18). A weight
+    below 2^-126 is that far below the region's largest weight (1), so no summary byte
+    moves by more than the spec's one step for a GPU exp (a zero may change sign: 0 steps).
+    Elsewhere ``tl.exp``.
     """
-    if _INTERPRETED:
-        return tl.exp(x)
-    else:
+    if NVIDIA:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
                                          dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        return tl.exp(x)
 
 
 @triton.jit
-def _fp8_e4m3_bytes(x):
+def _fp8_e4m3_bytes(x, HW_FP8: tl.constexpr):
     """fp8_e4m3fn(bf16(x)) as uint8: round to nearest even twice, saturate to +-448, NaN stays NaN."""
     bits = x.to(tl.int32, bitcast=True)
     is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
     sign = (bits >> 24) & 0x80
-    if _INTERPRETED:
+    if not HW_FP8:
         # bf16: add 0x7FFF plus the lowest kept bit (ties to even), keep the high 16 bits
         bf16_bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
         magnitude = tl.minimum((bf16_bits & 0x7FFFFFFF).to(tl.float32, bitcast=True), 448.0)
@@ -91,11 +112,11 @@ def _fp8_e4m3_bytes(x):
 
 
 @triton.jit
-def _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.constexpr):
+def _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.constexpr, HW_FP8: tl.constexpr):
     """mean[slot // BLOCK_SIZE, slot % BLOCK_SIZE // 8, :] = fp8(bf16(num / max(den, 1e-20)))."""
     summary = tl.div_rn(num, tl.maximum(den, 1e-20))  # IEEE division
     address = slot // BLOCK_SIZE * mean_stride0 + slot % BLOCK_SIZE // 8 * 256
-    tl.store(Mean + address + dim, _fp8_e4m3_bytes(summary))
+    tl.store(Mean + address + dim, _fp8_e4m3_bytes(summary, HW_FP8))
 
 
 @triton.jit
@@ -121,19 +142,19 @@ def _max8_combine(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7
 
 
 @triton.jit
-def _alpha(m, m_new):
+def _alpha(m, m_new, NVIDIA: tl.constexpr):
     """exp(m - m_new), 0 when m is -inf (a scalar)."""
-    return tl.where(m == float("-inf"), 0.0, _exp(m - m_new))
+    return tl.where(m == float("-inf"), 0.0, _exp(m - m_new, NVIDIA))
 
 
 @triton.jit
-def _weights(z, m_new):
+def _weights(z, m_new, NVIDIA: tl.constexpr):
     """exp(z - m_new), and 0 everywhere when m_new is -inf.
 
     Same bits as ``where(m_new == -inf, 0, exp(z - m_new))`` with the select on the scalar:
     m_new == -inf means every z of the row is -inf, and exp(-inf - 0) = +0.
     """
-    return _exp(z - tl.where(m_new == float("-inf"), 0.0, m_new))
+    return _exp(z - tl.where(m_new == float("-inf"), 0.0, m_new), NVIDIA)
 
 
 @triton.jit
@@ -143,7 +164,7 @@ def _rescale_add(acc, alpha, w, key):
 
 
 @triton.jit
-def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7):
+def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, NVIDIA: tl.constexpr):
     """(num, den) of the region whose 8 raw bf16 rows are given in position order.
 
     Bit for bit the spec's sequential loop (m_new = max(m, max_d z_t); alpha = exp(m -
@@ -171,50 +192,50 @@ def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7
     m5 = tl.maximum(m4, m5)
     m6 = tl.maximum(m5, m6)
     m7 = tl.maximum(m6, m7)
-    w = _weights(_bf16_to_f32(z0), m0)
+    w = _weights(_bf16_to_f32(z0), m0, NVIDIA)
     num = w * _bf16_to_f32(k0) + 0.0
     den = w
-    w = _weights(_bf16_to_f32(z1), m1)
-    alpha = _alpha(m0, m1)
+    w = _weights(_bf16_to_f32(z1), m1, NVIDIA)
+    alpha = _alpha(m0, m1, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k1))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z2), m2)
-    alpha = _alpha(m1, m2)
+    w = _weights(_bf16_to_f32(z2), m2, NVIDIA)
+    alpha = _alpha(m1, m2, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k2))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z3), m3)
-    alpha = _alpha(m2, m3)
+    w = _weights(_bf16_to_f32(z3), m3, NVIDIA)
+    alpha = _alpha(m2, m3, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k3))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z4), m4)
-    alpha = _alpha(m3, m4)
+    w = _weights(_bf16_to_f32(z4), m4, NVIDIA)
+    alpha = _alpha(m3, m4, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k4))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z5), m5)
-    alpha = _alpha(m4, m5)
+    w = _weights(_bf16_to_f32(z5), m5, NVIDIA)
+    alpha = _alpha(m4, m5, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k5))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z6), m6)
-    alpha = _alpha(m5, m6)
+    w = _weights(_bf16_to_f32(z6), m6, NVIDIA)
+    alpha = _alpha(m5, m6, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k6))
     den = den * alpha + w
-    w = _weights(_bf16_to_f32(z7), m7)
-    alpha = _alpha(m6, m7)
+    w = _weights(_bf16_to_f32(z7), m7, NVIDIA)
+    alpha = _alpha(m6, m7, NVIDIA)
     num = _rescale_add(num, alpha, w, _bf16_to_f32(k7))
     den = den * alpha + w
     return num, den
 
 
 @triton.jit
-def _loads_issued(anchor):
+def _loads_issued(anchor, NVIDIA: tl.constexpr):
     """Let no load written before this point move after it (``fence.acq_rel.cta``).
 
     ptxas otherwise sinks each of a region's 16 row loads down to its first use, which
     serialises them into several round trips to memory; with one warp it also deletes
     a ``bar.sync``. ``anchor`` is any int32 scalar (the asm needs an operand). Nothing
-    under the interpreter, which has no inline asm.
+    elsewhere (AMD has no PTX; the interpreter has no inline asm).
     """
-    if not _INTERPRETED:
+    if NVIDIA:
         tl.inline_asm_elementwise("fence.acq_rel.cta;\n\tmov.b32 $0, $1;", "=r,r", [anchor], dtype=tl.int32,
                                   is_pure=False, pack=1)
 
@@ -231,11 +252,20 @@ def _ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.conste
 
 @triton.jit
 def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, dim,
-                key_stride0, key_stride2, z_stride0, z_stride2, RING_CAPACITY: tl.constexpr):
+                key_stride0, key_stride2, z_stride0, z_stride2, RING_CAPACITY: tl.constexpr, NVIDIA: tl.constexpr):
     """Row i of the region closed by ``token``: from the ring when ``i < ring_rows``, else
     token ``token - 7 + i`` of this step. The (uniform) choice is made on the pointers, so
-    each row is one load, and the pointer not taken is never dereferenced."""
+    each row is one load, and the pointer not taken is never dereferenced. Without the
+    NVIDIA paths the choice is made on the addresses as integers: AMD's compiler cannot
+    lower a select between pointers into two different tensors (its
+    CanonicalizePointers pass asserts), and ptxas makes longer code of it (5316 SASS
+    lines for prefill instead of 5044)."""
     ring = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
     key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
     from_ring = i < ring_rows
-    return tl.load(tl.where(from_ring, ring + dim, key_ptr)), tl.load(tl.where(from_ring, ring + 256 + dim, z_ptr))
+    if NVIDIA:
+        return tl.load(tl.where(from_ring, ring + dim, key_ptr)), tl.load(tl.where(from_ring, ring + 256 + dim, z_ptr))
+    else:
+        key_row = tl.where(from_ring, (ring + dim).to(tl.int64), key_ptr.to(tl.int64)).to(Key.dtype)
+        z_row = tl.where(from_ring, (ring + 256 + dim).to(tl.int64), z_ptr.to(tl.int64)).to(Z.dtype)
+        return tl.load(key_row), tl.load(z_row)

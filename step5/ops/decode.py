@@ -32,6 +32,7 @@ from step5.ops._summary_math import (
     _row_pointers,
     _store_summary,
     _summarize_region,
+    target_paths,
 )
 from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
@@ -49,7 +50,7 @@ _DECODE_MAXNREG = 200
 def _update_decode_kernel(
     Key, Z, Slots, Positions, RingBase, Mean, Ring,
     key_stride0, key_stride2, z_stride0, z_stride2, positions_stride, mean_stride0,
-    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, NVIDIA: tl.constexpr, HW_FP8: tl.constexpr,
 ):
     # position p % 8 == 7: summary of ring rows p-7 .. p-1 then this row -> mean[slot]
     # otherwise:           ring[base + p % capacity] = [key | z]
@@ -71,9 +72,9 @@ def _update_decode_kernel(
             for i in tl.static_range(7):
                 row = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
                 rows += (tl.load(row + dim), tl.load(row + 256 + dim))
-            _loads_issued(slot.to(tl.int32))  # all 14 ring loads in flight at once
-            num, den = _summarize_region(*rows, key, z)
-            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+            _loads_issued(slot.to(tl.int32), NVIDIA)  # all 14 ring loads in flight at once
+            num, den = _summarize_region(*rows, key, z, NVIDIA=NVIDIA)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)
         else:
             row = _ring_row(Ring, base, position, RING_CAPACITY)
             tl.store(row + dim, key)
@@ -124,7 +125,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
-                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG)
+                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG, **target_paths())
 
     @kernel_launcher
     def __call__(self, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:

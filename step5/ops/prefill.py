@@ -29,7 +29,8 @@ from step5.ops._rows import (
     _ring_stand_in,
     _row_stand_ins,
 )
-from step5.ops._summary_math import _loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region
+from step5.ops._summary_math import (_loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region,
+                                     target_paths)
 from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
@@ -164,7 +165,7 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
 def _prefill_summary_kernel(
     Key, Z, Groups, Positions, RingBase, Mean, Ring,
     key_stride0, key_stride2, z_stride0, z_stride2, positions_stride, mean_stride0,
-    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, NVIDIA: tl.constexpr, HW_FP8: tl.constexpr,
 ):
     # group [t, slot, n]: the region closed by token t at position p has rows p-7 .. p;
     # row i comes from ring[base + (p-7+i) % capacity] when i < n, else from token t-7+i.
@@ -187,10 +188,10 @@ def _prefill_summary_kernel(
         rows = ()  # (key, z) of tokens t-7 .. t
         for i in tl.static_range(8):
             rows += (tl.load(key_ptr + i * key_stride0), tl.load(z_ptr + i * z_stride0))
-        _loads_issued(ring_rows)
-        num, den = _summarize_region(*rows)
+        _loads_issued(ring_rows, NVIDIA)
+        num, den = _summarize_region(*rows, NVIDIA=NVIDIA)
         if base >= 0:
-            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)
     elif token >= 0:
         base = tl.load(RingBase + token).to(tl.int64)
         position = tl.load(Positions + token * positions_stride).to(tl.int64)
@@ -198,10 +199,11 @@ def _prefill_summary_kernel(
             first = (position - 7) % RING_CAPACITY  # p % 8 == 7, so p >= 7
             rows = ()  # (key, z) of positions p-7 .. p
             for i in tl.static_range(8):
-                rows += _region_row(Key, Z, Ring, token, base, first, i, ring_rows, dim, *strides, RING_CAPACITY)
-            _loads_issued(ring_rows)
-            num, den = _summarize_region(*rows)
-            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+                rows += _region_row(Key, Z, Ring, token, base, first, i, ring_rows, dim, *strides, RING_CAPACITY,
+                                    NVIDIA)
+            _loads_issued(ring_rows, NVIDIA)
+            num, den = _summarize_region(*rows, NVIDIA=NVIDIA)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)
 
 
 class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
@@ -246,7 +248,7 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
-                    enable_fp_fusion=False, maxnreg=_PREFILL_MAXNREG)
+                    enable_fp_fusion=False, maxnreg=_PREFILL_MAXNREG, **target_paths())
 
     @kernel_launcher
     def __call__(self, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:

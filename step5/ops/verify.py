@@ -28,6 +28,7 @@ from step5.ops._summary_math import (
     _row_pointers,
     _store_summary,
     _summarize_region,
+    target_paths,
 )
 from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
 
@@ -39,7 +40,8 @@ from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring,
 def _update_verify_kernel(
     Key, Z, Slots, QueryStartLoc, SeqLens, RingBase, Mean, Ring,
     key_stride0, key_stride2, z_stride0, z_stride2, n_tokens, mean_stride0,
-    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, Q: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, RING_CAPACITY: tl.constexpr, Q: tl.constexpr, NVIDIA: tl.constexpr,
+    HW_FP8: tl.constexpr,
 ):
     # token j of request r: index qsl[r] + j, position p = seq_lens[r] - Q + j.
     # First the tokens that close a region (p % 8 == 7: j0, j0 + 8, ... below Q): summary of
@@ -66,12 +68,13 @@ def _update_verify_kernel(
             ring_first = (position - 7) % RING_CAPACITY  # position >= 7 here
             rows = ()  # (key, z) of positions p-7 .. p; those before this step (7 - j) from the ring
             for i in tl.static_range(7):
-                rows += _region_row(Key, Z, Ring, token, base, ring_first, i, 7 - j, dim, *strides, RING_CAPACITY)
+                rows += _region_row(Key, Z, Ring, token, base, ring_first, i, 7 - j, dim, *strides,
+                                    RING_CAPACITY, NVIDIA)
             key_ptr, z_ptr = _row_pointers(Key, Z, token, dim, *strides)
             rows += (tl.load(key_ptr), tl.load(z_ptr))
-            _loads_issued(slot.to(tl.int32))  # all 16 row loads in flight at once
-            num, den = _summarize_region(*rows)
-            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE)
+            _loads_issued(slot.to(tl.int32), NVIDIA)  # all 16 row loads in flight at once
+            num, den = _summarize_region(*rows, NVIDIA=NVIDIA)
+            _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)
     for j in tl.static_range(Q):
         token = first + j
         position = first_position + j
@@ -144,7 +147,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, Q=key.query_len,
-                    num_warps=_NUM_WARPS, enable_fp_fusion=False)
+                    num_warps=_NUM_WARPS, enable_fp_fusion=False, **target_paths())
 
     @kernel_launcher
     def __call__(self, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> LaunchSpec:

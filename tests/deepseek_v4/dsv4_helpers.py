@@ -60,8 +60,8 @@ def assert_rel_close(got: torch.Tensor, want: torch.Tensor, what: str = "") -> N
     assert error < REL_TOL, f"{what}: relative error {error:.2e} >= {REL_TOL}"
 
 
-def manifest_keys() -> dict[str, set]:
-    """Every binary key the shipped DeepSeek V4 manifests enumerate, by kernel name.
+def manifest_keys(paths=None) -> dict[str, set]:
+    """Every binary key the shipped DeepSeek V4 manifests (or those at ``paths``) enumerate, by kernel name.
 
     Read with plain ``json``, each kernel's own ``get_warmup_keys`` and jitkern's layouts of
     its keys: the single source of variants, independent of the loader's validation
@@ -71,7 +71,7 @@ def manifest_keys() -> dict[str, set]:
     from jitkern.registry import get_kernel, import_modules
 
     known: dict[str, set] = {}
-    for path in MANIFESTS:
+    for path in MANIFESTS if paths is None else paths:
         manifest = json.loads(path.read_text())
         import_modules(manifest["modules"])
         for entry in manifest["kernels"]:

@@ -37,3 +37,30 @@ def test_warmed_schedule_of_mixed_views_compiles_nothing_with_the_guard_in_error
             run_schedule(ratio, head_dim, requests, lengths, max_chunk, views=True)
     finally:
         guard.set_mode("off")
+
+
+def test_pdl_is_launched_only_where_the_target_has_it():
+    """An engine's pdl_kwargs on this GPU: with PDL on sm_90+, as the plain kernel with
+    JITKERN_PORTABLE_PATHS=1 (what sm_80 and AMD build for the same key)."""
+    import torch
+
+    from deepseek_v4 import SavePartialStatesKernel, save_partial_states
+    from jitkern import targets
+    from jitkern.testing import record_launches
+
+    tokens, width = 8, 256
+    projection = torch.randn(tokens, 2 * width)
+    store = dict(kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(4, width),
+                 positions=torch.arange(tokens), state_cache=torch.zeros(4, 4, 2 * width),
+                 slot_mapping=torch.arange(tokens), block_size=4, state_width=width, compress_ratio=4)
+    with record_launches() as launches:
+        save_partial_states(**store, pdl_kwargs={"launch_pdl": True})
+    torch.cuda.synchronize()
+    (kernel, spec), = launches
+    assert spec.key.launch_pdl  # the key asks for PDL on sm_90+ whatever the switch
+    pdl = targets.current().pdl
+    assert kernel.triton_kwargs(spec)["launch_pdl"] is pdl
+    binaries = [b for cache in SavePartialStatesKernel().kernel.device_caches.values() for b in cache[0].values()
+                if b.metadata.launch_pdl]
+    assert bool(binaries) == pdl
+    assert all("griddepcontrol" in b.asm["ptx"] for b in binaries)

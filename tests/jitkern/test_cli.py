@@ -52,8 +52,8 @@ def test_list_prints_every_key_and_the_count(tmp_path):
     run = warmup(EXAMPLE, "--list", cache_dir=tmp_path)
     assert run.returncode == 0
     lines = run.stdout.strip().splitlines()
-    assert lines[-1] == "72 keys" and len(lines) == 73
-    assert all(line.startswith("jitkern.example.axpy[dtype=") for line in lines[:-1])
+    assert lines[-1] == "72 keys for cuda:90" and len(lines) == 73  # the manifest's target (no GPU here)
+    assert all(line.startswith("jitkern.example.axpy[dtype=") and line.endswith("] for cuda:90") for line in lines[:-1])
     assert not list(tmp_path.iterdir())
 
 

@@ -100,3 +100,53 @@ def test_warmed_schedule_of_mixed_layouts_compiles_nothing_with_the_guard_in_err
             run_schedule(schedule, steps=32)
     finally:
         guard.set_mode("off")
+
+
+# --- the portable code paths (what sm_80 and AMD compile), on this GPU --------------------
+
+
+def _compiled_ptx(kernel) -> list[str]:
+    """The PTX of every binary of ``kernel`` this process compiled or loaded."""
+    return [binary.asm["ptx"] for cache in kernel.kernel.device_caches.values() for binary in cache[0].values()]
+
+
+def test_the_code_paths_this_process_runs():
+    """With JITKERN_PORTABLE_PATHS=1 (benchmarks/device/check_portable_paths.sh) the kernels
+    run their portable paths: no inline PTX, the integer fp8 encoding. Without it, on an
+    sm_89+ GPU, the NVIDIA ones. So a switch that did nothing cannot pass for a proof."""
+    from jitkern import settings
+    from step5.ops.decode import UpdateDecodeKernel
+
+    update_decode(*decode_inputs(64, capacity=8, block_size=64))
+    ptx = _compiled_ptx(UpdateDecodeKernel())
+    assert ptx
+    portable = settings.current().portable_paths
+    for marker in ("ex2.approx.ftz.f32", "fence.acq_rel.cta", "cvt.rn.satfinite.e4m3x2"):
+        assert all((marker in text) != portable for text in ptx), (marker, portable)
+
+
+@pytest.mark.parametrize("update, make_inputs", [
+    (update_decode, lambda: decode_inputs(1024, capacity=8, block_size=64)),
+    (update_verify, lambda: verify_inputs(256, capacity=16, block_size=256, draft_tokens=3)),
+], ids=["decode", "verify"])
+def test_portable_paths_write_what_the_nvidia_paths_write(update, make_inputs):
+    """The same inputs through both paths of each kernel: the same ring bytes, and summary
+    bytes within the one fp8 step the spec allows a GPU exp (``tl.exp`` against
+    ``ex2.approx.ftz``), at least 99% equal."""
+    from jitkern import registry, settings
+    from step5.reference import assert_summaries_close
+
+    inputs = make_inputs()
+    written = {}
+    for portable in (False, True):
+        for name in registry.kernel_names():  # launch through this mode's binaries, not the other's
+            getattr(registry.get_kernel(name), "forget_binaries", lambda: None)()
+        copy = [value.clone() if isinstance(value, torch.Tensor) else value for value in inputs]
+        with settings.scope(portable_paths=portable):
+            update(*copy)
+        torch.cuda.synchronize()
+        written[portable] = copy[-3:-1]  # mean, ring
+    (native_mean, native_ring), (portable_mean, portable_ring) = written[False], written[True]
+    assert torch.equal(portable_ring, native_ring)
+    assert_summaries_close(portable_mean, native_mean, "mean")
+    print(f"{update.__name__}: {float((portable_mean == native_mean).float().mean()):.4%} of summary bytes equal")

@@ -204,16 +204,17 @@ def test_serving_schedule_keeps_the_invariant_and_hits_the_manifest(manifest):
 
 
 @pytest.mark.compiled
+@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=[p.stem for p in MANIFESTS])
-def test_manifest_compiles_for_cuda90_and_covers_the_schedule_launches(manifest, triton_cache):
-    """Compile every key for cuda:90 with no GPU; then, launching nothing, record a few steps
-    of each kind and check each launch looks up a binary that warmup built."""
+def test_manifest_compiles_and_covers_the_schedule_launches(manifest, target, triton_cache):
+    """Compile every key for the target with no GPU; then, launching nothing, record a few
+    steps of each kind and check each launch looks up a binary that warmup built."""
     from jitkern.targets import compile_only, parse_target
     from jitkern.testing import uncovered_by_warmup
 
     block_size, draft_tokens, capacity = deployment(manifest)
     launches = a_few_steps_of_each_kind(Schedule(block_size, draft_tokens, capacity))
-    with compile_only(parse_target("cuda:90")):
+    with compile_only(parse_target(target)):
         uncovered = uncovered_by_warmup(launches, manifest_keys(load_manifest(manifest)))
     assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
 

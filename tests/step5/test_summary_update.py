@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from jitkern.settings import interpreting
 from step5 import Step5CSATailRing
 from step5.ops._summary_math import _fp8_e4m3_bytes
 from step5.ops.summary_update import (
@@ -61,21 +62,31 @@ def _run_both(kernel_call, reference_call, mean: torch.Tensor, ring: torch.Tenso
 
 
 @triton.jit
-def _encode_kernel(X, Out, N: tl.constexpr):
+def _encode_kernel(X, Out, N: tl.constexpr, HW_FP8: tl.constexpr):
     offsets = tl.arange(0, N)
-    tl.store(Out + offsets, _fp8_e4m3_bytes(tl.load(X + offsets)))
+    tl.store(Out + offsets, _fp8_e4m3_bytes(tl.load(X + offsets), HW_FP8))
 
 
-def test_fp8_encoding_matches_reference_on_every_kind_of_float():
-    """bf16-then-fp8 rounding, ties, saturation, subnormals, signed zeros, inf and NaN:
-    the integer form under the interpreter, the hardware conversions on a GPU."""
+def _has_hardware_fp8() -> bool:
+    """An NVIDIA GPU with the bf16 and e4m3 conversions (sm_89+), whatever JITKERN_PORTABLE_PATHS says."""
+    return (not interpreting() and torch.cuda.is_available() and torch.version.hip is None
+            and torch.cuda.get_device_capability() >= (8, 9))
+
+
+@pytest.mark.parametrize("hardware", [
+    False, pytest.param(True, marks=pytest.mark.skipif(not _has_hardware_fp8(), reason="needs NVIDIA sm_89+")),
+], ids=["integer-path", "hardware-path"])
+def test_fp8_encoding_matches_reference_on_every_kind_of_float(hardware):
+    """bf16-then-fp8 rounding, ties, saturation, subnormals, signed zeros, inf and NaN: the
+    integer form (sm_80, AMD, the interpreter) everywhere, the hardware conversions on an
+    NVIDIA GPU that has them: the same bytes."""
     specials = [448.0, 460.0, 464.0, 470.0, 1e6, float("inf"), -float("inf"), -500.0, 0.0, -0.0,
                 2.0**-10, 2.0**-9 * 1.5, 2.0**-6 * 0.99, 1.0625 + 2.0**-12, 1.0625, 1.1875, 3e-39]
     random_bits = torch.randint(-(2**31), 2**31 - 1, (4096,), dtype=torch.int64).to(torch.int32).view(torch.float32)
     values = torch.cat([torch.tensor(specials), random_bits, torch.randn(4096) * torch.exp(torch.randn(4096) * 4)])
     values = values[: 8192].contiguous()
     out = torch.empty(values.shape, dtype=torch.uint8)
-    _encode_kernel[(1,)](values, out, values.numel())
+    _encode_kernel[(1,)](values, out, values.numel(), HW_FP8=hardware)
     expected = fp8_e4m3_bytes(values)
     is_nan = values.isnan()
     assert ((out[is_nan] & 0x7F) == 0x7F).all(), "NaN must stay NaN"
