@@ -9,6 +9,8 @@ calls the compiled launcher.
 
 from __future__ import annotations
 
+import functools
+
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -141,8 +143,16 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         f"{', '.join(launch_args)})",
         "    return True",
     ])
-    exec(compile(source, f"<direct launch of {binary.name}>", "exec"), namespace)
+    exec(_compiled(source, f"<direct launch of {binary.name}>"), namespace)
     return DirectLaunch(binary, namespace["launch"], source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str, filename: str) -> Any:
+    """The code of a direct launch's source: binaries of one kernel often share it (the
+    names in it are bound per binary, by ``namespace``), and compiling it was half of
+    preparing a binary at load."""
+    return compile(source, filename, "exec")
 
 
 def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,

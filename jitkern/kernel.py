@@ -404,6 +404,13 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._pickers.clear()
         self._launches_by_key_id.clear()
 
+    def prepare_launches(self) -> None:
+        """Prepare, for every key whose binaries this process holds, what its first launch
+        would: its direct launch and, with several layouts, its layout picker (``load``
+        calls it, so that the first request costs no more than the next)."""
+        for key, binaries in self._binaries.items():
+            self._launch_of_layouts(key, binaries)
+
     def _key_constants(self, key: CompileKeyT) -> dict[str, Any]:
         """``constants(key)`` for the target compiled for now (``jitkern.targets.current``:
         a kernel may choose its code paths by target), with Triton's launch options fitted
@@ -444,7 +451,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         ready = {layout: direct for layout, direct in binaries.items() if direct is not None}
         if not ready:
             return _no_direct_launch
-        if len(ready) > 1:
+        if len(ready) > 1 and key not in self._pickers:  # a new binary drops the key's picker
             kwargs, _ = self.stand_ins(key)
             self._pickers[key] = layout_picker(self.kernel, [
                 (stand_ins_for(self.kernel, kwargs, parse_layout(layout)), direct.launch)

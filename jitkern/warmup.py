@@ -200,6 +200,10 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
                 fresh.clear()
             previous = loaded.get(name, LoadedKernel(name, 0, 0.0))
             loaded[name] = LoadedKernel(name, previous.binaries + 1, previous.seconds + time.perf_counter() - start)
+    for name in loaded:
+        kernel = registry.get_kernel(name)
+        if hasattr(kernel, "prepare_launches"):
+            kernel.prepare_launches()
     if unusable:
         foreign = foreign_cache_line(here, len(unusable), len(entries))
         elsewhere = [str(manifest.path) for manifest in plan.manifests

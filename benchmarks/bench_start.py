@@ -1,0 +1,109 @@
+"""Cold start of a serving process: ``import jitkern`` + ``load()`` of every shipped
+manifest + the first launch, each in a fresh process.
+
+    python3 benchmarks/bench_start.py [--cache-dir DIR] [--runs 5] [--manifests ...] [--dry-run]
+
+Each run is a fresh Python process that times, in order:
+- import: ``import jitkern``;
+- process start: ``jitkern.warmup.start_process()``, the one-time costs (the GPU context;
+  Triton's hash of its own build, ``triton_key()``, remembered per build by
+  ``jitkern.triton_build``; Triton's Gluon import);
+- load: ``jitkern.warmup.load(manifests)``: importing the kernel modules and loading
+  every binary, per binary too;
+- first launch: the first ``axpy`` call after it (a kernel ``load()`` loaded), and a second.
+The first run also fills the ``triton_key`` memo when this build has none yet: it is
+shown apart, and the table gives the median of the ``--runs`` after it.
+
+The cache must hold every key of the manifests for this GPU (``python -m jitkern.warmup
+... --target cuda:90 --cache-dir DIR``; ``load()`` compiles nothing). ``--dry-run`` runs on
+a machine with no GPU through ``jitkern.testing.dry_run_gpu``: the host work only (no
+CUDA context, no module loads on a GPU, launches that launch nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+RUN = """
+import json, sys, time
+start = time.perf_counter()
+import jitkern
+imported = time.perf_counter()
+import contextlib, torch
+from jitkern.testing import dry_run_gpu
+from jitkern.warmup import load, start_process
+dry_run = {dry_run!r}
+device = "cpu" if dry_run else "cuda"
+sync = (lambda: None) if dry_run else torch.cuda.synchronize
+with dry_run_gpu() if dry_run else contextlib.nullcontext():
+    started_at = time.perf_counter()
+    start_process()
+    started = time.perf_counter()
+    loaded_kernels = load({manifests!r})
+    loaded = time.perf_counter()
+    from jitkern.examples.axpy import axpy
+    x = torch.randn(1 << 20, device=device); y = torch.randn_like(x); out = torch.empty_like(x)
+    sync()
+    t0 = time.perf_counter(); axpy(x, y, 2.0, out); sync(); t1 = time.perf_counter()
+    axpy(x, y, 2.0, out); sync(); t2 = time.perf_counter()
+print("RESULT " + json.dumps(dict(
+    import_s=imported - start, start_s=started - started_at, load_s=loaded - started,
+    binaries=sum(row.binaries for row in loaded_kernels), first_ms=(t1 - t0) * 1e3, second_ms=(t2 - t1) * 1e3,
+    kernels={{row.kernel: [row.binaries, row.seconds] for row in loaded_kernels}})))
+"""
+
+
+def one_run(manifests: list[str], cache_dir: str, dry_run: bool) -> dict:
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    environment = dict(os.environ, TRITON_CACHE_DIR=cache_dir, PYTHONPATH=python_path, TRITON_INTERPRET="0")
+    done = subprocess.run([sys.executable, "-c", RUN.format(manifests=manifests, dry_run=dry_run)], cwd=REPO,
+                          env=environment, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"a run exited with {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return json.loads(done.stdout.split("RESULT ", 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache-dir", default=os.environ.get("TRITON_CACHE_DIR", str(REPO / ".triton-cache")))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--manifests", nargs="*", default=sorted(glob.glob(str(REPO / "warmup_manifests/*.json"))))
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: host work only, through dry_run_gpu")
+    args = parser.parse_args()
+    cache_dir = str(Path(args.cache_dir).resolve())
+    first = one_run(args.manifests, cache_dir, args.dry_run)
+    runs = [one_run(args.manifests, cache_dir, args.dry_run) for _ in range(args.runs)]
+    median = lambda field: statistics.median(run[field] for run in runs)  # noqa: E731
+    binaries = runs[0]["binaries"]
+    total = median("import_s") + median("start_s") + median("load_s")
+    where = "CPU dry run (host work only)" if args.dry_run else "GPU"
+    rows = [
+        (f"first run (fills the triton_key memo if this build has none)",
+         f"import {first['import_s']:.3f} s, start {first['start_s']:.3f} s, load {first['load_s']:.3f} s"),
+        ("import jitkern", f"{median('import_s'):.3f} s"),
+        ("process start (GPU context, triton_key, Gluon), once", f"{median('start_s'):.3f} s"),
+        (f"load() {binaries} binaries (incl. kernel modules' import)",
+         f"{median('load_s'):.3f} s = {median('load_s') / max(binaries, 1) * 1e3:.2f} ms a binary"),
+        ("import + start + load", f"{total:.3f} s"),
+        ("first launch after load (axpy)", f"{median('first_ms'):.3f} ms (second {median('second_ms'):.3f} ms)"),
+    ]
+    per_kernel = {name: statistics.median(run["kernels"][name][1] for run in runs) for name in runs[0]["kernels"]}
+    for name, seconds in sorted(per_kernel.items(), key=lambda item: -item[1]):
+        count = runs[0]["kernels"][name][0]
+        rows.append((f"  {name}: {count} binaries", f"{seconds * 1e3:.1f} ms ({seconds * 1e3 / count:.2f} ms each)"))
+    print(f"cold start, {where}, median of {len(runs)} fresh processes (cache {cache_dir})")
+    width = max(len(label) for label, _ in rows)
+    print("\n".join(f"{label.ljust(width)}  {value}" for label, value in rows))
+
+
+if __name__ == "__main__":
+    main()
