@@ -349,7 +349,9 @@ def test_hip_launches_look_up_the_binaries_warmup_built(triton_cache):
 
     kernel = AxpyKernel()
     kernel.forget_binaries()
-    warmed = manifest_keys(load_manifest(example_manifest(triton_cache.parent / "fp16.json", dtypes=["float16"])))
+    every_offset = {"unaligned": ["x", "y", "out"]}
+    warmed = manifest_keys(load_manifest(example_manifest(triton_cache.parent / "fp16.json", every_offset,
+                                                          dtypes=["float16"])))
     with testing.record_launches(dry_run=True) as launches:
         for n in (1, 16, 17, 1000):
             for offset in (0, 1):
