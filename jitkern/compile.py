@@ -163,7 +163,6 @@ def build_launcher(binary: Any) -> None:
     if binary.metadata.target.backend != "cuda":
         return
     import triton
-    from triton.backends.nvidia import driver as cuda_driver
 
     _build_host_module(launcher_source(binary.src, getattr(binary.metadata, "tensordesc_meta", None)),
                        "__triton_launcher")

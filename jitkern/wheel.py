@@ -23,7 +23,8 @@ import sys
 import zipfile
 from importlib import metadata
 
-from jitkern.cache import IDENTITY_FILE, WHEEL_DATA, WHEEL_ENTRY_POINTS, compiler_identity, read_roots, recorded_identities
+from jitkern.cache import WHEEL_DATA, WHEEL_ENTRY_POINTS, read_roots
+from jitkern.identity import IDENTITY_FILE, compiler_identity, recorded_identities
 from jitkern.lock import LOCK_FILE, Lock
 
 VERSION = "1.0.0"

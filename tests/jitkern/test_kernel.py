@@ -110,7 +110,7 @@ def test_a_kernels_triton_cache_key_does_not_depend_on_what_was_hashed_before():
     (Step5's decode kernel once looked up another key than warmup built, after verify was
     hashed first; its helpers have no constexpr global since they take their code paths as
     constexpr arguments, so two kernels of this module show it.)"""
-    from jitkern.kernel import _jit_helpers, settle_cache_key
+    from jitkern.settle import _jit_helpers, settle_cache_key
 
     decode, prefill = _first_kernel, _second_kernel
     settle_cache_key(decode)

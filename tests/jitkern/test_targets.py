@@ -318,7 +318,7 @@ def test_an_amd_cache_is_found_by_a_triton_installed_elsewhere(tmp_path):
 def test_an_amd_cache_keyed_by_install_path_is_named_in_one_line(tmp_path):
     """A cache an AMD compiler made with Triton's own key (a jitkern before the path-free
     key): --check says so, with the count, instead of listing every key."""
-    from jitkern.cache import compiler_identity, record_identity
+    from jitkern.identity import compiler_identity, record_identity
 
     manifest = small_manifest(tmp_path / "axpy.json", "float32", ["hip:gfx942"])
     cache = tmp_path / "cache"

@@ -21,7 +21,8 @@ from reliability_testing import (drop_root_override, entry_states, files_of, for
 from warmup_testing import REPO, example_manifest, report_of, totals, warmup
 
 from jitkern import guard
-from jitkern.cache import IDENTITY_FILE, MISSING, DamagedCacheEntry, inspect_entry
+from jitkern.cache import MISSING, DamagedCacheEntry, inspect_entry
+from jitkern.identity import IDENTITY_FILE
 from jitkern.examples.axpy import axpy
 from jitkern.kernel import key_name
 from jitkern.warmup import MissingBinary, load
