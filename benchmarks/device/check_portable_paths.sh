@@ -5,10 +5,11 @@
 #
 #   bash benchmarks/device/check_portable_paths.sh [pytest args...]     (default: tests)
 #
-# Expects, like run_checks.sh, .whl/ (pydantic, hypothesis and their dependencies as cp312
-# wheels) and .golden/ (a copy of ../shared/golden) carried beside the tree. Steps:
-#   1. warm a fresh cache with the portable binaries of every shipped manifest for this GPU
-#      (they are other binaries than the NVIDIA paths', so another cache);
+# Expects, like run_checks.sh, .whl/ (pydantic and its dependencies as cp312 wheels)
+# carried beside the tree. Steps:
+#   1. warm a fresh cache with the portable binaries of every shipped manifest and of the
+#      layout manifests the GPU tests load (tests/manifests), for this GPU (they are other
+#      binaries than the NVIDIA paths', so another cache);
 #   2. the whole GPU test mode with the switch on: every reference, golden-vector, graph and
 #      no-compile test on the portable paths; test_the_code_paths_this_process_runs fails if
 #      the switch did not take (PTX markers of the NVIDIA paths);
@@ -17,7 +18,7 @@
 # Each step runs even if one before it failed; the summary lines come last.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD" JITKERN_GOLDEN_DIR="$PWD/.golden"
+export PYTHONPATH="/tmp/site:$PWD"
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$(mktemp -d /tmp/portable-cache.XXXXXX)}"
 summary=()
 step() {  # step NAME TIMEOUT COMMAND...
@@ -28,7 +29,8 @@ step() {  # step NAME TIMEOUT COMMAND...
   summary+=("$name: exit $? in $((SECONDS - start)) s")
 }
 python3 -c "import sys, torch, triton; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, Triton {triton.__version__}, {torch.cuda.get_device_name()}')"
-step warm-portable 240 env JITKERN_PORTABLE_PATHS=1 python3 -m jitkern.warmup warmup_manifests/*.json --no-progress
+step warm-portable 240 env JITKERN_PORTABLE_PATHS=1 python3 -m jitkern.warmup warmup_manifests/*.json \
+  tests/manifests/*.json --no-progress
 step tests-portable 420 env JITKERN_PORTABLE_PATHS=1 JITKERN_TEST_MODE=gpu \
   python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider -rs "${@:-tests}"
 step both-paths 180 env -u JITKERN_PORTABLE_PATHS JITKERN_TEST_MODE=gpu \
