@@ -47,6 +47,10 @@ class WarmupMismatch(RuntimeError):
     """``warmup_inputs(key)`` produced a launch whose key is not ``key``."""
 
 
+class TooManyLayouts(ValueError):
+    """A layout domain would give more binaries of one key than ``MAX_LAYOUTS``."""
+
+
 @dataclass(slots=True)
 class LaunchSpec(Generic[CompileKeyT]):
     """What one launch needs: the grid, the kernel's runtime arguments, the key.
@@ -272,7 +276,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             kwargs, base = self.stand_ins(key)
             domains = argument_domains(self, kwargs, base, layout)
             if math.prod(len(domain) for domain in domains.values()) > MAX_LAYOUTS:
-                raise ValueError(f"{self.name}: this layout domain gives more than {MAX_LAYOUTS} binaries of one key; "
+                raise TooManyLayouts(f"{self.name}: this layout domain gives more than {MAX_LAYOUTS} binaries of one key; "
                                  "declare fewer strided or unaligned tensors, or mark arguments do_not_specialize")
             binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
         return list(dict.fromkeys(binaries))

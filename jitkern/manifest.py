@@ -25,7 +25,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from jitkern import registry
-from jitkern.kernel import JitKernel
+from jitkern.kernel import JitKernel, TooManyLayouts
 from jitkern.specialisation import BinaryKey, Layout
 from jitkern.targets import parse_target
 
@@ -234,7 +234,7 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
         binaries = kernel.binary_keys(keys, layout)
     except ManifestError:
         raise
-    except ValueError as error:
+    except TooManyLayouts as error:
         raise ManifestError(f"{where}.layout: {error}") from None
     except Exception as error:  # e.g. Triton refusing a stand-in's stride of a huge config value
         raise ManifestError(f"{where}.config: {entry.kernel} cannot launch its keys: {type(error).__name__}: "
@@ -323,6 +323,10 @@ def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, valu
         raise ManifestError(f"{where}: {error}") from None
     if not isinstance(layout, str):
         raise ManifestError(f"{where}.layout: expected a string such as 'Z:*bf16 n:i32'")
+    try:
+        kernel.tensor_dims(key)  # builds the key's stand-ins, through its warmup_inputs and __call__
+    except Exception as error:  # a field value the kernel has no launch for, e.g. a dtype it does not know
+        raise ManifestError(f"{where}: {kernel.name} cannot launch this key: {type(error).__name__}: {error}") from None
     try:
         return kernel.check_layout(BinaryKey(key, layout))
     except ValueError as error:
