@@ -87,7 +87,7 @@ def main() -> None:
     total = median("import_s") + median("start_s") + median("load_s")
     where = "CPU dry run (host work only)" if args.dry_run else "GPU"
     rows = [
-        (f"first run (fills the triton_key memo if this build has none)",
+        ("first run (fills the triton_key memo if this build has none)",
          f"import {first['import_s']:.3f} s, start {first['start_s']:.3f} s, load {first['load_s']:.3f} s"),
         ("import jitkern", f"{median('import_s'):.3f} s"),
         ("process start (GPU context, triton_key, Gluon), once", f"{median('start_s'):.3f} s"),

@@ -4,8 +4,6 @@ compile-only stand-ins, the layouts the public functions fix, the manifest check
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from jitkern import TritonWarmupTensor

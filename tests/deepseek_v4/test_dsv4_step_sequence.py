@@ -110,7 +110,6 @@ class Schedule:
             score_rows.append(torch.randn(self.width))
             positions, slots, reqs, committed = positions + [0], slots + [-1], reqs + [0], committed + [None]
 
-        tokens = len(positions)
         kv, score, out = self._views(torch.stack(kv_rows), torch.stack(score_rows))
         positions_t = torch.tensor(positions, dtype=self.index_dtype)
         save_partial_states(kv, score, self.ape, positions_t,
