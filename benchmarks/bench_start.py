@@ -6,13 +6,12 @@ manifest + the first launch, each in a fresh process.
 Each run is a fresh Python process that times, in order:
 - import: ``import jitkern``;
 - process start: ``jitkern.warmup.start_process()``, the one-time costs (the GPU context;
-  Triton's hash of its own build, ``triton_key()``, remembered per build by
-  ``jitkern.triton_build``; Triton's Gluon import);
+  Triton's hash of its own build, ``triton_key()``; Triton's Gluon import);
 - load: ``jitkern.warmup.load(manifests)``: importing the kernel modules and loading
   every binary, per binary too;
 - first launch: the first ``axpy`` call after it (a kernel ``load()`` loaded), and a second.
-The first run also fills the ``triton_key`` memo when this build has none yet: it is
-shown apart, and the table gives the median of the ``--runs`` after it.
+The first run (cold file-system caches) is shown apart, and the table gives the median
+of the ``--runs`` after it.
 
 The cache must hold every key of the manifests for this GPU (``python -m jitkern.warmup
 ... --target cuda:90 --cache-dir DIR``; ``load()`` compiles nothing). ``--dry-run`` runs on
@@ -87,7 +86,7 @@ def main() -> None:
     total = median("import_s") + median("start_s") + median("load_s")
     where = "CPU dry run (host work only)" if args.dry_run else "GPU"
     rows = [
-        ("first run (fills the triton_key memo if this build has none)",
+        ("first run (cold file-system caches)",
          f"import {first['import_s']:.3f} s, start {first['start_s']:.3f} s, load {first['load_s']:.3f} s"),
         ("import jitkern", f"{median('import_s'):.3f} s"),
         ("process start (GPU context, triton_key, Gluon), once", f"{median('start_s'):.3f} s"),
