@@ -248,6 +248,11 @@ examples:
   compile two deployments for an H200 on any machine (no GPU needed):
     python -m jitkern.warmup warmup_manifests/step5-bs256-mtp3.json warmup_manifests/deepseek_v4-h200.json \\
         --target cuda:90 --cache-dir .triton-cache
+  compile for a mixed fleet (H200, A100, MI300X) into one cache:
+    python -m jitkern.warmup warmup_manifests/*.json --target cuda:90,cuda:80,hip:gfx942 --cache-dir .triton-cache
+  ... and publish it to a shared Redis (pip install 'jitkern[redis]'):
+    python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .triton-cache \\
+        --remote redis://127.0.0.1:6379/0
   check that a cache holds every key, whole (exit 1 names each missing or damaged key):
     python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .triton-cache --check
   print every key of a manifest, one a line:
@@ -256,6 +261,9 @@ examples:
     TRITON_CACHE_DIR=/srv/triton-cache python -m jitkern.warmup warmup_manifests/deepseek_v4-h200.json --load
   add the keys a guard recorded while serving (JITKERN_GUARD=record) to a manifest:
     python -m jitkern.warmup merge-record guard-record.jsonl warmup_manifests/deepseek_v4-h200.json
+  pack a deployment's cache as a wheel, for pip install on the serving machines:
+    python -m jitkern.warmup pack warmup_manifests/deepseek_v4-h200.json --target cuda:90 \\
+        --cache-dir .triton-cache --out dist
   print the manifest JSON Schema:
     python -m jitkern.warmup schema
 """
