@@ -31,10 +31,9 @@ from typing import Any
 import torch
 
 from jitkern.kernel import TritonJitKernel, WarmupMismatch
-from jitkern.specialisation import BinaryKey, Layout, parse_layout, stand_ins_for
+from jitkern.specialisation import I32_LIMIT, BinaryKey, Layout, parse_layout, stand_ins_for
 from jitkern.warmup_inputs import TritonWarmupTensor, contiguous_strides
 
-I32_LIMIT = 2**31
 _BOUNDARY_SIZES = [0, 1, 2, 15, 16, 17, 31, 32, 33, 255, 256, 257, 1000, 4096, I32_LIMIT - 1, I32_LIMIT - 16]
 _BOUNDARY_STRIDES = [0, 1, 2, 3, 15, 16, 17, 256, 257, 768, 4095, 4096, I32_LIMIT - 1, I32_LIMIT - 16]
 _LARGE = [I32_LIMIT, I32_LIMIT + 16, 2**33 + 1, 2**40]

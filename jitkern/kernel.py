@@ -18,12 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
-
 from jitkern import registry, settings, targets
-from jitkern.settle import settle_cache_key
 from jitkern.direct_launch import build_direct_launch, layout_picker
 from jitkern.settings import interpreting
-from jitkern.warmup_inputs import TritonWarmupTensor
+from jitkern.settle import settle_cache_key
 from jitkern.specialisation import (
     BinaryKey,
     Layout,
@@ -38,6 +36,7 @@ from jitkern.specialisation import (
     specialising_backend,
     stand_ins_for,
 )
+from jitkern.warmup_inputs import TritonWarmupTensor
 
 CompileKeyT = TypeVar("CompileKeyT")
 MAX_LAYOUTS = 1024  # binaries of one compile key a layout domain may give
@@ -276,17 +275,19 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             kwargs, base = self.stand_ins(key)
             domains = argument_domains(self, kwargs, base, layout)
             if math.prod(len(domain) for domain in domains.values()) > MAX_LAYOUTS:
-                raise TooManyLayouts(f"{self.name}: this layout domain gives more than {MAX_LAYOUTS} binaries of one key; "
-                                 "declare fewer strided or unaligned tensors, or mark arguments do_not_specialize")
+                raise TooManyLayouts(f"{self.name}: this layout domain gives more than {MAX_LAYOUTS} binaries of one "
+                                     "key; declare fewer strided or unaligned tensors, or mark arguments "
+                                     "do_not_specialize")
             binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
         return list(dict.fromkeys(binaries))
 
     def tensor_dims(self, key: CompileKeyT) -> dict[str, int]:
         kwargs, _ = self.stand_ins(key)
-        return {value.name: value.ndim for value in kwargs.values() if isinstance(value, TritonWarmupTensor) and value.name}
+        return {value.name: value.ndim for value in kwargs.values()
+                if isinstance(value, TritonWarmupTensor) and value.name}
 
     def check_layout(self, binary: BinaryKey) -> BinaryKey:
-        kwargs, base = self.stand_ins(binary.key)
+        _, base = self.stand_ins(binary.key)
         layout = parse_layout(binary.layout)
         unknown = sorted(layout.keys() - base.keys())
         if unknown:

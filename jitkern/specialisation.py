@@ -233,9 +233,6 @@ class ArgumentOrigins:
     tensors: dict[str, str]  # pointer argument -> tensor argument of __call__
     strides: dict[str, tuple[str, int]]  # integer argument -> (tensor, dim)
 
-    def tensor_names(self) -> set[str]:
-        return set(self.tensors.values())
-
     def describe(self, argument: str) -> str:
         """``z`` for the pointer of tensor z, ``z.stride(0)`` for its stride, else the argument."""
         if argument in self.tensors:
