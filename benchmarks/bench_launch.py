@@ -1,4 +1,4 @@
-"""Host cost of one launch, for every shipped kernel, three ways, in one run.
+"""Host cost of one launch, for every shipped kernel, three ways, and of each public call, in one run.
 
     python benchmarks/bench_launch.py [--launches 200] [--repeats 30] [--dry-run] [--every-layout]
 
@@ -8,9 +8,12 @@
     (tensors, whose addresses the launcher reads) and no launch hooks.
 The ratios compare (a) with (c) and (b); (a) hands the launcher tensor addresses and, when
 the kernel needs no scratch memory, skips its Python wrapper for the C launch function.
-"call us" is the kernel's public call: input validation, building the LaunchSpec, then (a).
-Each is the median over ``--repeats`` of the mean host time of ``--launches`` launches; the
-four take turns within each repeat, so that drift of the host hits them alike.
+Then each public function (``benchmarks/launch_samples.public_calls``): "call us" is the
+whole call (input validation, building each LaunchSpec, the launches: after the first call
+of an input signature, ``jitkern.call_plan`` repeats its launches), "bare us" the bare
+launcher of each kernel it launches, summed. Each figure is the median over ``--repeats``
+of the mean host time of ``--launches`` launches; the ways compared take turns within each
+repeat, so that drift of the host hits them alike.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
 DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
 through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
@@ -34,28 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` and our packages import from the repo
 
 
-def record_calls(drive: Callable[[], None]):
-    """Run ``drive`` and return the first call of each kernel class: (kernel, args, kwargs)."""
-    from jitkern import registry
-    from jitkern.kernel import TritonJitKernel
+def recorded_launches(function: Callable, args: tuple) -> list:
+    """Call ``function`` and return the (kernel, spec) of each launch it made."""
+    from jitkern import call_plan
 
-    calls, originals = {}, {}
-    for name in registry.kernel_names():
-        cls = type(registry.get_kernel(name))
-        if issubclass(cls, TritonJitKernel) and cls not in originals:
-            originals[cls] = cls.__call__
-
-            def recording(self, *args, _original=cls.__call__, **kwargs):
-                calls.setdefault(self.name, (self, args, kwargs))
-                return _original(self, *args, **kwargs)
-
-            cls.__call__ = recording
+    call_plan._recording.launches = launches = []
     try:
-        drive()
+        function(*args)
     finally:
-        for cls, original in originals.items():
-            cls.__call__ = original
-    return calls
+        call_plan._recording.launches = None
+    return launches
 
 
 def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,
@@ -75,17 +66,16 @@ def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: in
     return [statistics.median(taken) for taken in samples]
 
 
-def four_ways(kernel, args, kwargs, every_layout: bool = False):
-    """The launch callables for one recorded call: jitkern launch, Triton, bare, jitkern call."""
+def three_ways(kernel, spec, every_layout: bool = False):
+    """The launch callables of one recorded launch: jitkern's direct launch, Triton, bare."""
     from triton.runtime.driver import driver
 
     from jitkern import Layout
 
-    spec = kernel.launch_spec(*args, **kwargs)
     if every_layout:
         for binary in kernel.binary_keys([spec.key], Layout(unaligned=frozenset(kernel.tensor_dims(spec.key)))):
             kernel.compile(binary)
-    kernel(*args, **kwargs)  # a first call prepares the direct launch
+    kernel.launch(spec)  # a first launch prepares the direct launch
     direct = kernel.direct_launch(spec)
     assert direct is not None and direct.launch(spec.kwargs, spec.grid), f"{kernel.name}: no direct launch"
     binary = direct.binary
@@ -107,10 +97,7 @@ def four_ways(kernel, args, kwargs, every_layout: bool = False):
         binary.run(grid[0], grid[1], grid[2], stream, binary.function, binary.packed_metadata, None, None, None,
                    *bound_args)
 
-    def via_call():
-        kernel(*args, **kwargs)
-
-    return via_jitkern, via_triton, via_bare, via_call
+    return via_jitkern, via_triton, via_bare
 
 
 def main() -> None:
@@ -129,23 +116,37 @@ def main() -> None:
     device = "cpu" if args.dry_run else "cuda"
     sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
     with dry_run_gpu() if args.dry_run else contextlib.nullcontext():
-        calls = record_calls(lambda: launch_samples.drive_all(device))
-        rows = []
-        for name, (kernel, call_args, call_kwargs) in sorted(calls.items()):
-            ways = four_ways(kernel, call_args, call_kwargs, args.every_layout)
-            rows.append((name, *host_microseconds(list(ways), args.launches, args.repeats, sync)))
+        launch_rows, call_rows, seen = [], [], set()
+        for function, call_args in launch_samples.public_calls(device):
+            launches = recorded_launches(function, call_args)
+            bare_ways = []
+            for kernel, spec in launches:
+                ways = three_ways(kernel, spec, args.every_layout)
+                bare_ways.append(ways[2])
+                if kernel.name not in seen:  # the first launch of each kernel
+                    seen.add(kernel.name)
+                    launch_rows.append((kernel.name, *host_microseconds(list(ways), args.launches, args.repeats,
+                                                                         sync)))
+            call_way = lambda function=function, call_args=call_args: function(*call_args)  # noqa: E731
+            call_us, *bare_us = host_microseconds([call_way, *bare_ways], args.launches, args.repeats, sync)
+            kernels = "+".join(kernel.name.split(".")[-1] for kernel, _ in launches)
+            call_rows.append((f"{function.__module__.split('.')[0]}.{function.__name__} ({kernels})", call_us,
+                              sum(bare_us)))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 
-    header = (f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9} "
-              f"{'call us':>8}")
+    header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"
     print(header)
     print("-" * len(header))
-    for name, jitkern_us, triton_us, bare_us, call_us in rows:
+    for name, jitkern_us, triton_us, bare_us in sorted(launch_rows):
         print(f"{name:38} {jitkern_us:10.2f} {triton_us:10.2f} {bare_us:8.2f} "
-              f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f} {call_us:8.2f}")
+              f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f}")
+    header = f"{'public call (its launches)':68} {'call us':>8} {'bare us':>8} {'call/bare':>9}"
+    print("\n" + header)
+    print("-" * len(header))
+    for name, call_us, bare_us in call_rows:
+        print(f"{name:68} {call_us:8.2f} {bare_us:8.2f} {call_us / bare_us:9.2f}")
     if graph_us is not None:
         print(f"decode step at batch 64 (CUDA graph of 10 steps, GPU time per step): {graph_us:.2f} us")
-
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,8 @@
 """Small, realistic calls of every shipped kernel, for launch-cost benchmarks and checks.
 
-``drive_all(device)`` calls each public function once with deployment-shaped inputs
-(batch 64 decode and verify, a 300-token prefill chunk); ``decode_step`` builds one decode
-step of every package for CUDA-graph timing.
+``public_calls(device)`` lists a call of each public function with deployment-shaped
+inputs (batch 64 decode and verify, a 300-token prefill chunk), which ``drive_all``
+makes; ``decode_step`` builds one decode step of every package for CUDA-graph timing.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from step5.ops import summary_update as step5_ops
 BATCH, SPAN, BLOCK_SIZE, DRAFT_TOKENS = 64, 512, 256, 3
 
 
-def drive_axpy(device: str) -> None:
+def axpy_call(device: str):
     x = torch.randn(4096, device=device)
-    axpy(x, torch.randn_like(x), 2.0)
+    return axpy, (x, torch.randn_like(x), 2.0, torch.empty_like(x))
 
 
 def _rows(tokens: int, device: str):
@@ -46,8 +46,9 @@ def step5_decode(device: str):
     return (key, z, slots, positions.to(device), ring.metadata().base[:BATCH], mean, ring.rows, ring.capacity)
 
 
-def drive_step5(device: str) -> None:
-    step5_ops.update_decode(*step5_decode(device))
+def step5_calls(device: str) -> list:
+    """(public function, arguments) of decode, verify and a prefill chunk at batch 64."""
+    calls = [(step5_ops.update_decode, step5_decode(device))]
 
     ring, mean = _step5_state(device)
     q = 1 + DRAFT_TOKENS
@@ -57,8 +58,8 @@ def drive_step5(device: str) -> None:
     key, z = _rows(BATCH * q, device)
     slots = (torch.arange(BATCH).repeat_interleave(q) * SPAN + positions).to(device)
     query_start_loc = (torch.arange(BATCH + 1, dtype=torch.int32) * q).to(device)
-    step5_ops.update_verify(key, z, slots, query_start_loc, seq_lens.to(device), ring.metadata().base[:BATCH * q],
-                            mean, ring.rows, ring.capacity)
+    calls.append((step5_ops.update_verify, (key, z, slots, query_start_loc, seq_lens.to(device),
+                                            ring.metadata().base[:BATCH * q], mean, ring.rows, ring.capacity)))
 
     ring, mean = _step5_state(device)
     chunk = 300
@@ -67,11 +68,14 @@ def drive_step5(device: str) -> None:
     slots = positions.clone()
     owners = torch.zeros(chunk, dtype=torch.int32, device=device)
     query_start_loc = torch.tensor([0, chunk], dtype=torch.int32, device=device)
-    metadata = step5_ops.build_prefill_groups(slots, positions, owners, query_start_loc)
+    group_args = (slots, positions, owners, query_start_loc)
+    metadata = step5_ops.build_prefill_groups(*group_args)
     key, z = _rows(chunk, device)
     ring_metadata = ring.metadata()
-    step5_ops.update_prefill(key, z, metadata, positions, ring_metadata.base[:chunk],
-                             ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)
+    calls.append((step5_ops.build_prefill_groups, group_args))
+    calls.append((step5_ops.update_prefill, (key, z, metadata, positions, ring_metadata.base[:chunk],
+                                             ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)))
+    return calls
 
 
 def dsv4_decode(device: str, head_dim: int = 512, compress_ratio: int = 4):
@@ -93,17 +97,24 @@ def dsv4_decode(device: str, head_dim: int = 512, compress_ratio: int = 4):
     return store, compress
 
 
-def drive_dsv4(device: str) -> None:
+def dsv4_calls(device: str) -> list:
+    """(public function, arguments) of the store and the compressor at ratios 4 and 128."""
+    calls = []
     for compress_ratio in (4, 128):
         store, compress = dsv4_decode(device, compress_ratio=compress_ratio)
-        deepseek_v4.save_partial_states(*store)
-        deepseek_v4.compress_windows(*compress)
+        calls += [(deepseek_v4.save_partial_states, store), (deepseek_v4.compress_windows, compress)]
+    return calls
+
+
+def public_calls(device: str) -> list:
+    """(public function, arguments) of a deployment-shaped call of every shipped kernel."""
+    return [axpy_call(device), *step5_calls(device), *dsv4_calls(device)]
 
 
 def drive_all(device: str) -> None:
-    drive_axpy(device)
-    drive_step5(device)
-    drive_dsv4(device)
+    """Call every public function once (compiling what the cache lacks)."""
+    for function, args in public_calls(device):
+        function(*args)
 
 
 def decode_step(device: str = "cuda"):

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from jitkern.validation import check_int
 from deepseek_v4.common import (
@@ -232,6 +233,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         )
 
 
+@public_call
 def save_partial_states(
     kv: torch.Tensor,
     score: torch.Tensor,

@@ -1,6 +1,7 @@
 """jitkern: Triton kernels whose every binary is named, enumerated and warmed ahead."""
 
 from jitkern import keys
+from jitkern.call_plan import public_call
 from jitkern.kernel import (
     JitKernel,
     LaunchSpec,
@@ -15,13 +16,16 @@ from jitkern.warmup_inputs import TritonWarmupTensor
 
 from jitkern import cache as _cache
 from jitkern import guard as _guard
+from jitkern import triton_build as _triton_build
 from jitkern import targets as _targets
 
 _cache.install()
+_triton_build.install()
 _guard.install_from_environment()
 _targets.install_path_free_amd_key()
 
 __all__ = [
+    "public_call",
     "BinaryKey",
     "Layout",
     "JitKernel",

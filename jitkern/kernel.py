@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 from jitkern import registry, settings, targets
+from jitkern.call_plan import forget_plans, _recording
 from jitkern.direct_launch import build_direct_launch, layout_picker
 from jitkern.settings import interpreting
 from jitkern.settle import settle_cache_key
@@ -197,6 +198,8 @@ def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
     def launch(self: "TritonJitKernel", *args: Any, **kwargs: Any) -> Any:
         spec = build(self, *args, **kwargs)
         self.launch(spec)
+        if _recording.launches is not None:  # a public call records its launches (jitkern.call_plan)
+            _recording.launches.append((self, spec))
         return spec.result
 
     launch.launch_spec = build
@@ -374,6 +377,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._prepared.clear()
         self._pickers.clear()
         self._launches_by_key_id.clear()
+        forget_plans()
 
     def prepare_launches(self) -> None:
         """Prepare, for every key whose binaries this process holds, what its first launch

@@ -35,6 +35,9 @@ class Settings:
     lock_key: str = ""
     """JITKERN_LOCK_KEY: HMAC-SHA256 key; entries published with it are trusted. The
     store must never see it."""
+    state_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "jitkern")
+    """JITKERN_STATE_DIR: where this machine's memos live (Triton's hash of each installed
+    build: ``jitkern.triton_build``)."""
     portable_paths: bool = False
     """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
     AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
@@ -57,6 +60,7 @@ class Settings:
             remote_timeout=_positive_float("JITKERN_REMOTE_TIMEOUT", cls.remote_timeout),
             lock_digest=os.environ.get("JITKERN_LOCK_DIGEST", cls.lock_digest).strip().lower(),
             lock_key=os.environ.get("JITKERN_LOCK_KEY", cls.lock_key),
+            state_dir=os.environ.get("JITKERN_STATE_DIR", "") or cls.state_dir,
             portable_paths=os.environ.get("JITKERN_PORTABLE_PATHS", "0") not in ("", "0", "false", "no"),
         )
 

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -72,6 +73,7 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
         )
 
 
+@public_call
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``alpha * x + y`` for contiguous tensors of one dtype and size."""
     for name, tensor in (("x", x), ("y", y), ("out", out)):

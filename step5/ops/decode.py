@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
@@ -144,6 +145,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         )
 
 
+@public_call
 def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
@@ -363,6 +364,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     return groups
 
 
+@public_call
 def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity: int) -> None:
     """Summarize the regions this step closes, then store open-region rows.
 

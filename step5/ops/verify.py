@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,
@@ -169,6 +170,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         )
 
 
+@public_call
 def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
     ``seq_lens[r] - q .. seq_lens[r] - 1``. No host metadata, no sync, no allocation:

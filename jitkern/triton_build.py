@@ -1,0 +1,129 @@
+"""Triton's hash of its own build, remembered per installed build.
+
+Triton's cache keys start with ``triton_key()``: the sha256 of its frontend, compiler,
+backend and language sources and of ``libtriton.so`` (415 MB). A process pays it once,
+0.4-0.7 s, before its first binary is looked up. The answer depends only on those files,
+so jitkern remembers it, keyed by a **fingerprint** of every file ``triton_key()`` reads
+(path, size, mtime and ctime in ns, inode, device) plus Triton's version and where it is
+installed. Another build (reinstalled, upgraded, another wheel, another Python) changes a
+file's inode, times or size, so it has another fingerprint and never reads this memo: it
+pays ``triton_key()`` once and records its own answer beside it. A file rewritten in place
+changes its ctime, which no program can set back.
+
+The memo is one JSON file per machine (``JITKERN_STATE_DIR``, default
+``~/.cache/jitkern``), written atomically; an unwritable or damaged memo only costs the
+hash again. ``install()`` (done by ``import jitkern``) puts the memoised function in
+``triton.runtime.cache``, where ``get_cache_key`` and jitkern's ``compiler_identity``
+look it up; Triton's own ``triton_key`` is still what computes an unknown build's answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sysconfig
+import tempfile
+from typing import Callable
+
+from jitkern import settings
+
+MEMO_FILE = "triton-key.json"
+MAX_BUILDS = 16  # builds remembered per machine; the oldest is dropped
+
+
+def triton_root() -> str:
+    import triton
+
+    return os.path.dirname(os.path.abspath(triton.__file__))
+
+
+def fingerprint_files(root: str) -> list[str]:
+    """Every file ``triton_key()`` reads, and more: all of ``runtime/cache.py``, the Python
+    files under ``compiler``, ``backends`` and ``language``, and ``_C/libtriton``."""
+    files = [os.path.join(root, "runtime", "cache.py"),
+             os.path.join(root, "_C", f"libtriton.{sysconfig.get_config_var('EXT_SUFFIX').split('.')[-1]}")]
+    for folder in ("compiler", "backends", "language"):
+        for directory, subdirectories, names in os.walk(os.path.join(root, folder)):
+            subdirectories.sort()
+            files += [os.path.join(directory, name) for name in sorted(names) if name.endswith(".py")]
+    return files
+
+
+def fingerprint(root: str | None = None) -> str:
+    """sha256 of Triton's version, install path and each file's (path, size, mtime, ctime,
+    inode, device): different for any other build or installation of Triton."""
+    import triton
+
+    root = root or triton_root()
+    digest = hashlib.sha256(f"{triton.__version__}\0{root}\0".encode())
+    for path in fingerprint_files(root):
+        try:
+            stat = os.stat(path)
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ctime_ns}\0{stat.st_ino}\0"
+                          f"{stat.st_dev}\0".encode())
+        except OSError:
+            digest.update(f"{path}\0missing\0".encode())
+    return digest.hexdigest()
+
+
+def memo_path() -> str:
+    return os.path.join(settings.current().state_dir, MEMO_FILE)
+
+
+def _read_memo(path: str) -> dict[str, str]:
+    try:
+        with open(path) as file:
+            memo = json.load(file)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in memo.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(memo, dict) else {}
+
+
+def _write_memo(path: str, build: str, key: str) -> None:
+    memo = _read_memo(path)
+    memo.pop(build, None)
+    memo[build] = key
+    memo = dict(list(memo.items())[-MAX_BUILDS:])
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".triton-key.", dir=os.path.dirname(path))
+        with os.fdopen(handle, "w") as file:
+            json.dump(memo, file)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only home: the next process hashes again
+
+
+def remembered_triton_key(compute: Callable[[], str]) -> str:
+    """``compute()``'s answer (Triton's ``triton_key``), from the memo when this exact build
+    recorded it, else computed and recorded."""
+    build = fingerprint()
+    path = memo_path()
+    key = _read_memo(path).get(build)
+    if key is None:
+        key = compute()
+        _write_memo(path, build, key)
+    return key
+
+
+_original: list[Callable[[], str]] = []
+
+
+def install() -> None:
+    """Make ``triton.runtime.cache.triton_key`` (and the autotuner's reference to it) answer
+    from the memo (once per process)."""
+    from triton.runtime import autotuner, cache as triton_cache
+
+    if _original:
+        return
+    _original.append(triton_cache.triton_key)
+
+    @functools.cache
+    def triton_key() -> str:
+        return remembered_triton_key(_original[0])
+
+    triton_key.__doc__ = "Triton's triton_key(), remembered per installed build (jitkern.triton_build)."
+    triton_cache.triton_key = autotuner.triton_key = triton_key
+
