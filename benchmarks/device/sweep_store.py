@@ -51,7 +51,6 @@ def main(argv=None) -> None:
                 sets, next_set, expected = store_case(tokens, head_dim, ratio)
                 times = {tiling: time_store_tiling(sets, next_set, expected, tiling)
                          for tiling in store_variants(head_dim, ratio)}
-                del sets, next_set, expected
                 of_copy = {tiling: store_bytes(tokens, head_dim, ratio) / 1e3 / us / copy_gbs
                            for tiling, us in times.items()}
                 fastest, default = min(times, key=times.get), next(iter(times))
