@@ -18,13 +18,15 @@ the speed-up over eager PyTorch doing the same work (vectorised from the spec). 
 rotate over enough copies to exceed L2, so small sizes are not served from cache.
 Before timing, each kernel's output is checked against the PyTorch version.
 
-``--sweep`` also times other ``num_warps`` for the store at 64K tokens, and other tilings
-of the compressor (``compressor_variants``: ``BLOCK_D``/``num_warps`` at ratio 4; the
-tile, columns per program, warps and tokens scanned per program at ratio 128), to retune
-the choices in ``deepseek_v4/`` (compiles extra variants; each is checked against
-PyTorch before it is timed).
-Targets (issue): the store at 64K tokens >= 0.90 of copy bandwidth, the compressor at
-64K tokens >= 0.70 of the bandwidth its reads need. The table is printed last.
+``--sweep`` also times other tilings of the store at 1024 and 64K tokens
+(``store_variants``: tokens and columns per program, warps; ``benchmarks/device/sweep_store.py``
+times only those, in a few minutes) and of the compressor (``compressor_variants``:
+``BLOCK_D``/``num_warps`` at ratio 4; the tile, columns per program, warps and tokens
+scanned per program at ratio 128), to retune the choices in ``deepseek_v4/`` (compiles
+extra variants; each is checked against PyTorch before it is timed).
+Targets (issue): the store at 64K tokens >= 0.90 of copy bandwidth and at 1024 tokens
+>= 0.5 for head_dim 512, the compressor at 64K tokens >= 0.70 of the bandwidth its reads
+need. The table is printed last.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from deepseek_v4 import (  # noqa: E402
 )
 from deepseek_v4.common import LAYOUTS  # noqa: E402
 from deepseek_v4.compressor import sweep_launch  # noqa: E402
+from deepseek_v4.save_partial_states import StoreTiling, store_tiling  # noqa: E402
+from deepseek_v4.save_partial_states import sweep_launch as store_sweep_launch  # noqa: E402
 
 L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
 ROTATE_BYTES = 4 * L2_BYTES
@@ -138,31 +142,63 @@ def store_torch(kv, score, ape, positions, state_cache, slot_mapping, block_size
     state_cache[blocks, rows, state_width : state_width + head] = score + ape[positions % compress_ratio]
 
 
+def store_case(tokens: int, head_dim: int, ratio: int):
+    """Input sets rotating past L2, the function cycling through them, and PyTorch's cache
+    for the first set, whose cache starts as NaN (the kernel's must match it bit for bit)."""
+    sets, next_set = rotating(lambda: store_inputs(tokens, head_dim, ratio), store_bytes(tokens, head_dim, ratio))
+    expected = sets[0]["state_cache"].fill_(float("nan")).clone()
+    store_torch(**{**sets[0], "state_cache": expected})
+    return sets, next_set, expected
+
+
 def bench_store(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sweep: bool) -> list[Row]:
     nbytes = store_bytes(tokens, head_dim, ratio)
-    sets, next_set = rotating(lambda: store_inputs(tokens, head_dim, ratio), nbytes)
-    check = sets[0]
-    save_partial_states(**check)
-    expected = check["state_cache"].clone()
-    store_torch(**{**check, "state_cache": expected})
-    assert torch.equal(check["state_cache"], expected), "store differs from PyTorch"
+    sets, next_set, expected = store_case(tokens, head_dim, ratio)
+    save_partial_states(**sets[0])
+    assert same_bits(sets[0]["state_cache"], expected), "store differs from PyTorch"
 
     config = f"head{head_dim} r{ratio}"
     rows = [Row("store", config, tokens, gpu_us(lambda: save_partial_states(**next_set())), nbytes, copy_gbs,
                 call_us(lambda: save_partial_states(**next_set())), gpu_us(lambda: store_torch(**next_set())))]
     if sweep:
-        kernel = SavePartialStatesKernel()
-        for num_warps in (1, 2, 4, 8):
-            rows.append(Row("store", f"{config} warps={num_warps}", tokens,
-                            gpu_us(lambda: _raw_launch(kernel, next_set(), num_warps=num_warps)), nbytes, copy_gbs,
-                            float("nan"), rows[0].torch_us))
+        for tiling in store_variants(head_dim, ratio):
+            rows.append(Row("store", f"{config} {tiling_label(tiling)}", tokens,
+                            time_store_tiling(sets, next_set, expected, tiling), nbytes, copy_gbs, float("nan"),
+                            rows[0].torch_us))
     return rows
 
 
-def _raw_launch(kernel, inputs, **overrides):
-    """The kernel's own launch spec with some launch parameters replaced (sweeps only)."""
-    spec = kernel.launch_spec(**inputs)
-    kernel.kernel[spec.grid](**{**kernel.triton_kwargs(spec), **overrides})
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def store_variants(head_dim: int, ratio: int) -> list[StoreTiling]:
+    """The store tilings a sweep times (``save_partial_states.sweep_launch``), the shipped
+    one first: whole rows of 1 to 16 tokens (at most 2048 floats a tile), or one row in 2
+    or 4 column groups of at least 128; each with the warps that give every thread 4, 8
+    or 16 floats of kv (and as many of score)."""
+    width = LAYOUTS[ratio].state_width(head_dim)
+    head = triton.next_power_of_2(width)
+    tiles = [(tokens, head) for tokens in (1, 2, 4, 8, 16) if tokens * head <= 2048]
+    tiles += [(1, head // parts) for parts in (2, 4) if head // parts >= 128]
+    variants = [StoreTiling(tokens, block_h, warps) for tokens, block_h in tiles for warps in (1, 2, 4, 8)
+                if tokens * block_h // (32 * warps) in (4, 8, 16)]
+    default = store_tiling(width)
+    return [default] + [tiling for tiling in variants if tiling != default]
+
+
+def tiling_label(tiling: StoreTiling) -> str:
+    return f"tokens={tiling.tokens} cols={tiling.block_h} warps={tiling.num_warps}"
+
+
+def time_store_tiling(sets, next_set, expected, tiling: StoreTiling) -> float:
+    """GPU us of the store with ``tiling``, after checking its bytes on ``sets[0]``
+    against ``expected`` (PyTorch's cache for those inputs)."""
+    kernel = SavePartialStatesKernel()
+    sets[0]["state_cache"].fill_(float("nan"))
+    store_sweep_launch(kernel, sets[0], tiling)
+    assert same_bits(sets[0]["state_cache"], expected), f"store {tiling} differs from PyTorch"
+    return gpu_us(lambda: store_sweep_launch(kernel, next_set(), tiling))
 
 
 # --- the compressor -------------------------------------------------------------------------
@@ -297,7 +333,8 @@ def print_table(rows: list[Row], copy_gbs: float) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="head_dim 512 only, fewer sizes")
-    parser.add_argument("--sweep", action="store_true", help="also time other num_warps / tilings (see compressor_variants)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time other tilings (see store_variants, compressor_variants)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_deepseek_v4: needs a CUDA GPU")
@@ -311,7 +348,7 @@ def main(argv=None) -> None:
     for head_dim in head_dims:
         for ratio in (4, 128):
             for tokens in store_tokens:
-                rows += bench_store(tokens, head_dim, ratio, copy_gbs, args.sweep and tokens == 65536)
+                rows += bench_store(tokens, head_dim, ratio, copy_gbs, args.sweep and tokens in (1024, 65536))
                 print(rows[-1].cells(), flush=True)
     for head_dim in head_dims:
         for ratio in (4, 128):

@@ -1,8 +1,9 @@
 """The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache.
 
 Tokens of a window that has not closed wait in the cache until the window's last token
-arrives (``docs/spec/deepseek-v4-compressor.md``). One program per token; padding tokens
-(slot -1) exit at once; nothing else of the cache is touched.
+arrives (``docs/spec/deepseek-v4-compressor.md``). A program stores a tile of a few
+tokens' rows (or a part of one long row: ``store_tiling``); padding tokens (slot -1)
+write nothing, and nothing else of the cache is touched.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ from deepseek_v4.common import (
 _INDEX_DTYPES = tuple(INDEX_DTYPES.values())
 
 
-@triton.jit(do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr"])
+@triton.jit(
+    do_not_specialize=["n_tokens"],  # a runtime size: one binary for all of them
+    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr"],
+)
 def _save_partial_states_kernel(
     KV_ptr,
     kv_row_stride,
@@ -48,41 +52,84 @@ def _save_partial_states_kernel(
     state_block_stride,
     state_row_stride,
     Slot_ptr,
+    n_tokens,
     HEAD_SIZE: tl.constexpr,
-    BLOCK_H: tl.constexpr,
     STATE_WIDTH: tl.constexpr,
     COMPRESS_RATIO: tl.constexpr,
     BLOCK_SIZE: tl.constexpr,
+    TOKENS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
     USE_GDC: tl.constexpr,
 ):
     # For token i with slot s = slot[i] >= 0, row = state[s // BLOCK_SIZE, s % BLOCK_SIZE]:
     #   row[0 : H]                        = kv[i, 0:H]
     #   row[STATE_WIDTH : STATE_WIDTH + H] = score[i, 0:H] + ape[positions[i] % COMPRESS_RATIO, 0:H]
-    token = tl.program_id(0).to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
+    # Program x * GROUPS + y: tokens x*TOKENS .. x*TOKENS + TOKENS - 1 below n_tokens, columns
+    # y*BLOCK_H .. y*BLOCK_H + BLOCK_H - 1 below H (the groups of a token are launch neighbours).
+    GROUPS: tl.constexpr = (HEAD_SIZE + BLOCK_H - 1) // BLOCK_H
+    if GROUPS == 1:
+        first = tl.program_id(0).to(tl.int64) * TOKENS  # 64-bit offsets: caches exceed 2**31 elements
+        cols = tl.arange(0, BLOCK_H)
+    else:
+        first = (tl.program_id(0) // GROUPS).to(tl.int64) * TOKENS
+        cols = (tl.program_id(0) % GROUPS) * BLOCK_H + tl.arange(0, BLOCK_H)
+    tokens = first + tl.arange(0, TOKENS)
+    live = tokens < n_tokens
+    col_ok = (cols < HEAD_SIZE)[None, :]
     if USE_GDC:
         # Launched with PDL: wait until the kernel before us has finished writing our
         # inputs; let the next kernel start its prologue (it waits for us the same way).
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    slot = tl.load(Slot_ptr + token).to(tl.int64)
-    if slot < 0:  # padding token (CUDA-graph batches): no row to write
-        return
+    # Every load that needs no other is issued at once: kv and score of padding tokens are
+    # read too (their rows exist), so that only ape and the stores wait for slots/positions.
+    slot = tl.load(Slot_ptr + tokens, mask=live, other=-1).to(tl.int64)
+    position = tl.load(Positions_ptr + tokens, mask=live, other=0)
+    read = live[:, None] & col_ok
+    kv = tl.load(KV_ptr + tokens[:, None] * kv_row_stride + cols[None, :], mask=read)
+    score = tl.load(Score_ptr + tokens[:, None] * score_row_stride + cols[None, :], mask=read)
+    write = (slot >= 0)[:, None] & col_ok  # padding tokens (slot -1) write nothing, read no ape
+    ape_row = (position % COMPRESS_RATIO) * ape_row_stride
+    ape = tl.load(Ape_ptr + ape_row[:, None] + cols[None, :], mask=write)
     row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
-    cols = tl.arange(0, BLOCK_H)
-    mask = cols < HEAD_SIZE
-
-    kv = tl.load(KV_ptr + token * kv_row_stride + cols, mask=mask)
-    tl.store(row + cols, kv, mask=mask)
-
-    position = tl.load(Positions_ptr + token)
-    ape = tl.load(Ape_ptr + (position % COMPRESS_RATIO) * ape_row_stride + cols, mask=mask)
-    score = tl.load(Score_ptr + token * score_row_stride + cols, mask=mask)
-    tl.store(row + STATE_WIDTH + cols, score + ape, mask=mask)
+    row = row[:, None] + cols[None, :]
+    tl.store(row, kv, mask=write)
+    tl.store(row + STATE_WIDTH, score + ape, mask=write)
 
 
-def _num_warps(block_h: int) -> int:
-    """Enough threads for 4-8 floats of each row per thread; a row is at most a few KB."""
-    return max(1, min(4, block_h // 256))
+@dataclass(frozen=True)
+class StoreTiling:
+    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
+
+    tokens: int  # tokens per program: a [tokens, block_h] tile
+    block_h: int  # columns per program (a power of two): cdiv(H, block_h) programs per token group
+    num_warps: int
+
+
+def store_tiling(head_size: int) -> StoreTiling:
+    """The shipped tiling of a row of ``head_size`` floats (a guess until the H200 sweep).
+
+    About 1024 floats (4 KB) of each of kv and score per program, 4 warps: each thread
+    loads two 16-byte vectors of each, and 16 programs fill an SM's 64 warps (programs of
+    one warp stop at 32 per SM: half the warps, the 0.72 of head 128 at ratio 128).
+    Short rows are grouped: H = 1024 / 512 / 256 / 128 gives 1 / 2 / 4 / 8 tokens per
+    program, whole rows (at 64K tokens a column split only adds programs).
+    """
+    block_h = triton.next_power_of_2(head_size)
+    return StoreTiling(tokens=max(1, 1024 // block_h), block_h=block_h, num_warps=4)
+
+
+def _grid(n_tokens: int, head_size: int, tokens: int, block_h: int) -> tuple[int]:
+    """One axis: (token group, column group) pairs, the column groups of a token group adjacent."""
+    return (triton.cdiv(n_tokens, tokens) * triton.cdiv(head_size, block_h),)
+
+
+def sweep_launch(kernel: "SavePartialStatesKernel", inputs: dict, tiling: StoreTiling) -> None:
+    """Launch ``inputs`` (``__call__``'s arguments) with another tiling: benchmark sweeps and
+    their tests only. The variant is no warmup key and compiles on first use."""
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
+    kwargs.update(TOKENS=tiling.tokens, BLOCK_H=tiling.block_h, num_warps=tiling.num_warps)
+    kernel.kernel[_grid(kwargs["n_tokens"], kwargs["HEAD_SIZE"], tiling.tokens, tiling.block_h)](**kwargs)
 
 
 class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):
@@ -99,8 +146,10 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         positions_dtype: str  # int32 or int64: different binaries
         slot_mapping_dtype: str
         launch_pdl: bool
+        # the tiling (store_tiling, from head_size): constexprs and launch option of the binary
+        tokens: int
+        block_h: int
         num_warps: int
-        block_h: int  # next power of two of head_size
 
     def dispatch(
         self,
@@ -114,7 +163,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         slot_mapping_dtype: torch.dtype,
         launch_pdl: bool = False,
     ) -> CompileKey:
-        block_h = triton.next_power_of_2(head_size)
+        tiling = store_tiling(head_size)
         return self.CompileKey(
             head_size=head_size,
             state_width=state_width,
@@ -124,8 +173,9 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             positions_dtype=dtype_name(positions_dtype),
             slot_mapping_dtype=dtype_name(slot_mapping_dtype),
             launch_pdl=launch_pdl,
-            num_warps=_num_warps(block_h),
-            block_h=block_h,
+            tokens=tiling.tokens,
+            block_h=tiling.block_h,
+            num_warps=tiling.num_warps,
         )
 
     def get_warmup_keys(
@@ -179,10 +229,11 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(
             HEAD_SIZE=key.head_size,
-            BLOCK_H=key.block_h,
             STATE_WIDTH=key.state_width,
             COMPRESS_RATIO=key.compress_ratio,
             BLOCK_SIZE=key.block_size,
+            TOKENS=key.tokens,
+            BLOCK_H=key.block_h,
             USE_GDC=use_gdc(key.launch_pdl),
             num_warps=key.num_warps,
             launch_pdl=key.launch_pdl,
@@ -202,7 +253,8 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         compress_ratio: int,
         launch_pdl: bool = False,
     ) -> LaunchSpec:
-        """One program per token. No checks here: it also runs on warmup stand-ins."""
+        """Programs over (token groups, column groups). No checks here: it also runs on
+        warmup stand-ins."""
         key = self.dispatch(
             head_size=kv.shape[-1],
             state_width=state_width,
@@ -213,8 +265,9 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             slot_mapping_dtype=slot_mapping.dtype,
             launch_pdl=launch_pdl,
         )
+        tokens = slot_mapping.shape[0]
         return LaunchSpec(
-            grid=(slot_mapping.shape[0],),
+            grid=_grid(tokens, key.head_size, key.tokens, key.block_h),
             kwargs=dict(
                 KV_ptr=kv,
                 kv_row_stride=kv.stride(0),
@@ -227,6 +280,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
                 state_block_stride=state_cache.stride(0),
                 state_row_stride=state_cache.stride(1),
                 Slot_ptr=slot_mapping,
+                n_tokens=tokens,
             ),
             key=key,
             result=state_cache,
