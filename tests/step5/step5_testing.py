@@ -175,10 +175,11 @@ def launch_with_warps(kernel, spec, num_warps: int, **overrides: Any) -> Any:
     return kernel.kernel[spec.grid](**kwargs)
 
 
-def run_update(path: str, inputs, num_warps: int | None = None, **overrides: Any) -> None:
+def run_update(path: str, inputs, num_warps: int | None = None, **overrides: Any) -> Any:
     """One step of ``path`` (decode, prefill or verify) on ``inputs`` (``decode_inputs``, ...),
     writing their ``mean`` and ring. ``num_warps``: its summary kernel launched at that
-    many warps (``launch_with_warps``); None: the public function, as shipped."""
+    many warps (``launch_with_warps``), whose binary is returned; None: the public
+    function, as shipped."""
     from step5.ops import summary_update as ops
 
     if path == "prefill":
@@ -190,15 +191,16 @@ def run_update(path: str, inputs, num_warps: int | None = None, **overrides: Any
             ops.update_prefill(*args, i["ring_slots"], *ring_args)
         else:
             kernel = ops.PrefillSummaryKernel()
-            launch_with_warps(kernel, kernel.launch_spec(*args, *ring_args), num_warps, **overrides)
+            binary = launch_with_warps(kernel, kernel.launch_spec(*args, *ring_args), num_warps, **overrides)
             ops.WriteRingKernel()(i["key"], i["z"], groups, i["ring_slots"], i["ring"])  # after every ring read
-        return
+            return binary
+        return None
     update, kernel = {"decode": (ops.update_decode, ops.UpdateDecodeKernel()),
                       "verify": (ops.update_verify, ops.UpdateVerifyKernel())}[path]
     if num_warps is None:
         update(*inputs)
-    else:
-        launch_with_warps(kernel, kernel.launch_spec(*inputs), num_warps, **overrides)
+        return None
+    return launch_with_warps(kernel, kernel.launch_spec(*inputs), num_warps, **overrides)
 
 
 def run_reference(path: str, inputs) -> None:
