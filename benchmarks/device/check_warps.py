@@ -99,7 +99,8 @@ def check(path: str, dry: bool) -> list[tuple]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dry", action="store_true", help="no GPU: compile every row for cuda:90, fill the SASS column")
+    parser.add_argument("--dry", action="store_true",
+                        help="no GPU: compile every row for cuda:90, fill the SASS column")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     started = time.perf_counter()

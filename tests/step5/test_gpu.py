@@ -134,7 +134,8 @@ def test_summaries_do_not_depend_on_num_warps(path, num_warps):
     """Each summary kernel at ``num_warps`` (its key's code paths: the integer fp8 encoding
     at 4 warps, ``hardware_fp8_is_safe``) writes the bytes of the shipped 1-warp kernel,
     mean and ring, and those are the reference's within the spec's tolerance."""
-    from step5_testing import assert_mean_matches, clone_inputs, prefill_inputs, run_reference, run_update, written
+    from step5_testing import (OTHER_POISON, assert_mean_matches, clone_inputs, prefill_inputs, run_reference,
+                               run_update, written)
 
     inputs = {"decode": lambda: decode_inputs(512, capacity=8, block_size=64),
               "prefill": lambda: prefill_inputs(24, capacity=8, block_size=64),
@@ -144,7 +145,7 @@ def test_summaries_do_not_depend_on_num_warps(path, num_warps):
         runs[name] = clone_inputs(inputs)
         run_update(path, runs[name], warps)
     runs["reference"], runs["other"] = clone_inputs(inputs), clone_inputs(inputs)
-    written(runs["other"])[0].fill_(0x5A)  # tells the bytes the reference wrote from the poison
+    written(runs["other"])[0].fill_(OTHER_POISON)  # tells the bytes the reference wrote from the poison
     run_reference(path, runs["reference"])
     run_reference(path, runs["other"])
     torch.cuda.synchronize()
