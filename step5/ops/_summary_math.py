@@ -10,7 +10,7 @@ Some helpers take a path per target, chosen by two constexprs each kernel takes 
   fp8 conversion; AMD's hardware fp8 is the fnuz variant, not the OCP e4m3 the summary
   cache stores; and the CPU interpreter rounds fp32 -> bf16 and fp32 -> fp8 wrongly (no
   carry into the exponent, no saturation). ``test_fp8_encoding...`` checks each path
-  where it runs.
+  where it runs. Nor at 4 warps, which ptxas 12.8 miscompiles (``hardware_fp8_is_safe``).
 - The NVIDIA paths (``NVIDIA``): ``exp`` as ``tl.exp``'s own ``ex2.approx`` but flushing
   subnormals (below), a fence that keeps ptxas from sinking loads (``_loads_issued``),
   and a select between pointers (``_region_row``). Elsewhere (AMD, which has no PTX; the
@@ -36,13 +36,13 @@ RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
 _HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
 
 
-def target_paths() -> dict[str, Any]:
-    """The code-path constexprs of the target being compiled for (``jitkern.targets``):
-    ``NVIDIA`` (inline PTX and ptxas-tuned forms: any NVIDIA GPU, not with portable paths)
-    and ``HW_FP8`` (the hardware bf16 and OCP fp8 e4m3 conversions: NVIDIA sm_89 and
-    newer, not with portable paths)."""
+def target_paths(num_warps: int = 1) -> dict[str, Any]:
+    """The code-path constexprs of the target being compiled for (``jitkern.targets``), at
+    ``num_warps``: ``NVIDIA`` (inline PTX and ptxas-tuned forms: any NVIDIA GPU, not with
+    portable paths) and ``HW_FP8`` (the hardware bf16 and OCP fp8 e4m3 conversions: NVIDIA
+    sm_89 and newer, not with portable paths, nor where ``hardware_fp8_is_safe`` says no)."""
     target = targets.current()
-    return dict(NVIDIA=target.ptx, HW_FP8=target.cuda_at_least(_HW_FP8_CAPABILITY))
+    return dict(NVIDIA=target.ptx, HW_FP8=target.cuda_at_least(_HW_FP8_CAPABILITY) and hardware_fp8_is_safe(num_warps))
 
 
 @triton.jit
@@ -269,3 +269,24 @@ def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, di
         key_row = tl.where(from_ring, (ring + dim).to(tl.int64), key_ptr.to(tl.int64)).to(Key.dtype)
         z_row = tl.where(from_ring, (ring + 256 + dim).to(tl.int64), z_ptr.to(tl.int64)).to(Z.dtype)
         return tl.load(key_row), tl.load(z_row)
+
+
+# Below the kernels' helpers so that none of them moves: Triton's cache key holds their lines.
+
+
+def hardware_fp8_is_safe(num_warps: int) -> bool:
+    """Whether a summary kernel at ``num_warps`` may take the hardware fp8 path: not when
+    each thread holds exactly one pair of a summary's 256 values (4 warps of 32 threads).
+
+    Triton converts fp32 to e4m3 in pairs (``cvt.rn.satfinite.e4m3x2.f32``, a 16-bit
+    result), then splits the pair (``shr.u16``) and widens it to two 16-bit lanes
+    (``mov.b32 {lo, hi}``). With a single pair per thread, the ptxas Triton 3.6 ships
+    (12.8; 12.9 too) folds that widening into the conversion's merge operand
+    (``F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C``) but computes the operand from R1, the
+    stack pointer, before the conversion runs: every odd byte of a summary becomes
+    ``0x7C | sign`` on the GPU. With 8, 4 or 1 values per thread (1, 2 or 8 warps) the
+    code is right, and ptxas 13.0 gets one pair right too. The integer path has no packed
+    operation and stores the same bytes at every ``num_warps``. Spec: "Why the Step5
+    kernels use one warp"; ``tests/step5/test_warps.py`` checks the SASS.
+    """
+    return DIM // (32 * num_warps) != 2

@@ -125,8 +125,8 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
-                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG, **target_paths())
+        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=key.num_warps,
+                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG, **target_paths(key.num_warps))
 
     @kernel_launcher
     def __call__(self, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:

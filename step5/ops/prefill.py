@@ -248,8 +248,8 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=_NUM_WARPS,
-                    enable_fp_fusion=False, maxnreg=_PREFILL_MAXNREG, **target_paths())
+        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=key.num_warps,
+                    enable_fp_fusion=False, maxnreg=_PREFILL_MAXNREG, **target_paths(key.num_warps))
 
     @kernel_launcher
     def __call__(self, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:

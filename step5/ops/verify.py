@@ -148,7 +148,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, Q=key.query_len,
-                    num_warps=_NUM_WARPS, enable_fp_fusion=False, **target_paths())
+                    num_warps=key.num_warps, enable_fp_fusion=False, **target_paths(key.num_warps))
 
     @kernel_launcher
     def __call__(self, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> LaunchSpec:

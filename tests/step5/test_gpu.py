@@ -10,37 +10,10 @@ from jitkern import guard
 from jitkern.testing import assert_no_compile
 from jitkern.warmup import load
 from step5.ops.summary_update import update_decode, update_verify
-from step5_testing import poisoned_mean, random_rows
+from step5_testing import decode_inputs, verify_inputs
 from test_schedule import MANIFESTS, VIEWS_MANIFEST, Schedule, deployment, run_schedule
 
 pytestmark = pytest.mark.gpu
-
-SPAN = 512  # KV slots per request
-
-
-def decode_inputs(batch: int, capacity: int, block_size: int):
-    key, z = random_rows(batch, "fused")
-    positions = torch.randint(0, SPAN, (batch,))
-    positions[torch.rand(batch) < 0.3] |= 7  # many tokens close a region
-    slots = torch.arange(batch) * SPAN + positions
-    slots[torch.rand(batch) < 0.1] = -1  # graph padding
-    ring_base = torch.arange(batch) * capacity
-    mean = poisoned_mean(batch * SPAN // block_size, block_size, strided=True)
-    ring = torch.randn(batch * capacity, 512).to(torch.bfloat16)
-    return [key, z, slots, positions, ring_base, mean, ring, capacity]
-
-
-def verify_inputs(batch: int, capacity: int, block_size: int, draft_tokens: int):
-    q = 1 + draft_tokens
-    key, z = random_rows(batch * q, "contiguous")
-    seq_lens = torch.randint(q, SPAN, (batch,), dtype=torch.int32)
-    positions = ((seq_lens - q)[:, None] + torch.arange(q)).flatten()
-    slots = torch.arange(batch).repeat_interleave(q) * SPAN + positions
-    query_start_loc = torch.arange(batch + 1, dtype=torch.int32) * q
-    ring_base = torch.arange(batch).repeat_interleave(q) * capacity
-    mean = poisoned_mean(batch * SPAN // block_size, block_size, strided=False)
-    ring = torch.randn(batch * capacity, 512).to(torch.bfloat16)
-    return [key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity]
 
 
 def assert_graph_replays_equal_eager(update, make_inputs, trials: int = 3) -> None:
@@ -150,3 +123,36 @@ def test_portable_paths_write_what_the_nvidia_paths_write(update, make_inputs):
     assert torch.equal(portable_ring, native_ring)
     assert_summaries_close(portable_mean, native_mean, "mean")
     print(f"{update.__name__}: {float((portable_mean == native_mean).float().mean()):.4%} of summary bytes equal")
+
+
+# --- num_warps (spec: "Why the Step5 kernels use one warp") ------------------------------------
+
+
+@pytest.mark.parametrize("path", ["decode", "prefill", "verify"])
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_summaries_do_not_depend_on_num_warps(path, num_warps):
+    """Each summary kernel at ``num_warps`` (its key's code paths: the integer fp8 encoding
+    at 4 warps, ``hardware_fp8_is_safe``) writes the bytes of the shipped 1-warp kernel,
+    mean and ring, and those are the reference's within the spec's tolerance."""
+    from step5_testing import (OTHER_POISON, assert_mean_matches, clone_inputs, prefill_inputs, run_reference,
+                               run_update, written)
+
+    inputs = {"decode": lambda: decode_inputs(512, capacity=8, block_size=64),
+              "prefill": lambda: prefill_inputs(24, capacity=8, block_size=64),
+              "verify": lambda: verify_inputs(128, capacity=16, block_size=256, draft_tokens=3)}[path]()
+    runs = {}
+    for name, warps in (("shipped", None), ("one", 1), ("many", num_warps)):
+        runs[name] = clone_inputs(inputs)
+        run_update(path, runs[name], warps)
+    runs["reference"], runs["other"] = clone_inputs(inputs), clone_inputs(inputs)
+    written(runs["other"])[0].fill_(OTHER_POISON)  # tells the bytes the reference wrote from the poison
+    run_reference(path, runs["reference"])
+    run_reference(path, runs["other"])
+    torch.cuda.synchronize()
+    (shipped_mean, shipped_ring), (mean, ring) = written(runs["shipped"]), written(runs["many"])
+    assert torch.equal(written(runs["one"])[0], shipped_mean) and torch.equal(written(runs["one"])[1], shipped_ring)
+    differing = int((mean != shipped_mean).sum())
+    assert differing == 0, f"{path} at {num_warps} warps: {differing} summary bytes differ from 1 warp"
+    assert torch.equal(ring, shipped_ring)
+    assert_mean_matches(mean, written(runs["reference"])[0], written(runs["other"])[0])
+    assert torch.equal(ring, written(runs["reference"])[1])
