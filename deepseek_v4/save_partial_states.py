@@ -313,6 +313,26 @@ def save_partial_states(
     reading device memory. Slots and positions are values: they are checked only when
     the tensors are on the CPU (tests, the interpreter), never on a GPU's hot path.
     """
+    device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
+                                       compress_ratio)
+    if kv.shape[0]:
+        SavePartialStatesKernel()(
+            kv,
+            score,
+            ape,
+            positions,
+            state_cache,
+            slot_mapping,
+            block_size,
+            state_width,
+            compress_ratio,
+            launch_pdl=resolve_pdl(pdl_kwargs, device),
+        )
+
+
+def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,
+                              state_width: int, compress_ratio: int) -> torch.device:
+    """``save_partial_states``' argument checks (values too, on the CPU); returns the device."""
     layout_of(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
     check_float_tensor("kv", kv, 2)
     check_float_tensor("score", score, 2)
@@ -345,19 +365,7 @@ def save_partial_states(
         )
     if device.type == "cpu" and tokens:
         _check_values_on_host(positions, state_cache, slot_mapping, block_size)
-    if tokens:
-        SavePartialStatesKernel()(
-            kv,
-            score,
-            ape,
-            positions,
-            state_cache,
-            slot_mapping,
-            block_size,
-            state_width,
-            compress_ratio,
-            launch_pdl=resolve_pdl(pdl_kwargs, device),
-        )
+    return device
 
 
 def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:

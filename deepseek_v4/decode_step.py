@@ -1,0 +1,334 @@
+"""A decode step in one launch: the partial-state store and the window compressor, fused.
+
+A decode step (one new token per request) used to run ``save_partial_states`` and then
+``compress_windows``. Here one program owns a token and a group of ``PROGRAM_D`` columns
+of its window entry: it stores those columns of the token's ``[kv | score + ape]`` row
+(of both halves at ratio 4, where the entry's column ``d`` reads row column
+``head_dim + d`` of the token's own window), and when the token closes a window it
+compresses the same columns with the compressor's own ``_window_entry`` and tiling. So
+the only row written in this launch that a program reads is its own, in columns it
+wrote itself, and a barrier between the store and the reads makes them visible to
+every thread of the program. The bytes equal store-then-compress
+(``docs/spec/deepseek-v4-compressor.md``) as long as no other token of the batch stores
+a row that a closing token's window reads: true of a decode batch, checked on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern import kernel_launcher, keys
+from deepseek_v4._compressor_host import _tiling, check_compress_windows
+from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
+from deepseek_v4.compressor import _window_entry
+from deepseek_v4.save_partial_states import check_save_partial_states
+
+
+@triton.jit(
+    do_not_specialize=["block_table_row_stride"],  # one scalar product: no binary per stride class
+    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr", "BlockTable_ptr", "ReqIdx_ptr"],
+)
+def _decode_step_kernel(
+    KV_ptr,
+    kv_row_stride,
+    Score_ptr,
+    score_row_stride,
+    Ape_ptr,
+    ape_row_stride,
+    Positions_ptr,
+    Slot_ptr,
+    State_ptr,
+    state_block_stride,
+    state_row_stride,
+    BlockTable_ptr,
+    block_table_row_stride,
+    ReqIdx_ptr,
+    Out_ptr,
+    out_row_stride,
+    HEAD_DIM: tl.constexpr,
+    STATE_WIDTH: tl.constexpr,
+    COMPRESS_RATIO: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PROGRAM_D: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    # Program t * GROUPS + g: token t, entry columns d in [g*PROGRAM_D, (g+1)*PROGRAM_D).
+    # 1. slot[t] >= 0: row = state row of the slot; for each half h (2 at ratio 4, else 1),
+    #    c = h*HEAD_DIM + d: row[c] = kv[t, c], row[STATE_WIDTH + c] = score[t, c] + ape[p % R, c].
+    # 2. (p + 1) % R == 0: out[t, d] = the window entry, exactly as _compress_windows_kernel.
+    if USE_GDC:
+        # Launched with PDL: wait for the kernel before us; let the next one start its prologue.
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
+    HALVES: tl.constexpr = STATE_WIDTH // HEAD_DIM
+    if GROUPS == 1:
+        token = tl.program_id(0).to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
+        col0 = 0
+    else:
+        token = (tl.program_id(0) // GROUPS).to(tl.int64)
+        col0 = (tl.program_id(0) % GROUPS) * PROGRAM_D
+    p = tl.load(Positions_ptr + token).to(tl.int64)
+    slot = tl.load(Slot_ptr + token).to(tl.int64)
+    if slot >= 0:  # padding tokens (slot -1) store nothing
+        row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
+        ape = Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride
+        for d0 in range(0, PROGRAM_D, BLOCK_D):
+            d = col0 + d0 + tl.arange(0, BLOCK_D)
+            mask = d < HEAD_DIM
+            for h in tl.static_range(HALVES):
+                c = h * HEAD_DIM + d
+                tl.store(row + c, tl.load(KV_ptr + token * kv_row_stride + c, mask=mask), mask=mask)
+                score = tl.load(Score_ptr + token * score_row_stride + c, mask=mask)
+                tl.store(row + STATE_WIDTH + c, score + tl.load(ape + c, mask=mask), mask=mask)
+    # Like compress_windows, which never reads slots: a padding token closing a window
+    # still writes its entry.
+    if (p + 1) % COMPRESS_RATIO != 0:
+        return
+    # The window reads this program's own row (the columns it just stored) through other
+    # threads than those that stored them: order the stores before those reads.
+    tl.debug_barrier()
+    table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
+    _window_entry(State_ptr, state_block_stride, state_row_stride, table, Out_ptr + token * out_row_stride, p, col0,
+                  HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
+
+
+class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
+    name = "deepseek_v4.decode_step"
+    compile_cost = 0.3  # seconds a key on our CPU machine
+    kernel = _decode_step_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        compress_ratio: int
+        head_dim: int
+        block_size: int
+        dtype: str  # kv, score, ape, state_cache and out (float32; the public function checks)
+        block_table_dtype: str  # int32
+        positions_dtype: str  # int32 or int64: different binaries
+        slot_mapping_dtype: str
+        req_indices_dtype: str
+        launch_pdl: bool
+        # the compressor's tiling (its scan is not used: a program per token)
+        block_d: int
+        program_d: int
+        num_warps: int
+
+    def dispatch(
+        self,
+        *,
+        compress_ratio: int,
+        head_dim: int,
+        block_size: int,
+        dtype: torch.dtype,
+        block_table_dtype: torch.dtype,
+        positions_dtype: torch.dtype,
+        slot_mapping_dtype: torch.dtype,
+        req_indices_dtype: torch.dtype,
+        launch_pdl: bool = False,
+    ) -> CompileKey:
+        tiling = _tiling(compress_ratio, head_dim)  # the compressor's: the same bits
+        return self.CompileKey(
+            compress_ratio=compress_ratio,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=dtype_name(dtype),
+            block_table_dtype=dtype_name(block_table_dtype),
+            positions_dtype=dtype_name(positions_dtype),
+            slot_mapping_dtype=dtype_name(slot_mapping_dtype),
+            req_indices_dtype=dtype_name(req_indices_dtype),
+            launch_pdl=launch_pdl,
+            block_d=tiling.block_d,
+            program_d=tiling.program_d,
+            num_warps=tiling.num_warps,
+        )
+
+    def get_warmup_keys(
+        self,
+        *,
+        head_dim: int,
+        compress_ratio: int,
+        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+        launch_pdl: bool = False,
+    ) -> list[CompileKey]:
+        """The keys of a deployment's layout (spec table), for each triple of index dtypes."""
+        layout = LAYOUTS.get(compress_ratio)
+        if head_dim <= 0 or layout is None:
+            return []
+        dtypes = index_dtype_names(index_dtypes)
+        rows = keys.product(positions_dtype=dtypes, slot_mapping_dtype=dtypes, req_indices_dtype=dtypes)
+        return keys.unique_keys(
+            lambda **row: self.dispatch(
+                compress_ratio=compress_ratio,
+                head_dim=head_dim,
+                block_size=layout.block_size,
+                dtype=FLOAT_DTYPE,
+                block_table_dtype=torch.int32,
+                launch_pdl=launch_pdl,
+                **row,
+            ),
+            rows,
+        )
+
+    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
+        """The store's and the compressor's usual layouts: ``kv`` and ``score`` views of one
+        ``[tokens, 2W]`` projection, a dense cache, ``out`` ``[tokens, head_dim]``, a block
+        table whose rows hold ``max_blocks`` entries (varying with the context length)."""
+        dtype = getattr(torch, key.dtype)
+        width = layout_of(key.compress_ratio).state_width(key.head_dim)
+        return dict(
+            kv=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1)),
+            score=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1), aligned=(4 * width) % 16 == 0),
+            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, width)),
+            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
+            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
+            slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
+            block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
+            req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
+            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim), aligned=(4 * key.head_dim) % 16 == 0),
+            compress_ratio=key.compress_ratio,
+            head_dim=key.head_dim,
+            block_size=key.block_size,
+            launch_pdl=key.launch_pdl,
+        )
+
+    def constants(self, key: CompileKey) -> dict[str, Any]:
+        layout = layout_of(key.compress_ratio)
+        return dict(
+            HEAD_DIM=key.head_dim,
+            STATE_WIDTH=layout.state_width(key.head_dim),
+            COMPRESS_RATIO=key.compress_ratio,
+            OVERLAP=layout.overlap,
+            BLOCK_SIZE=key.block_size,
+            BLOCK_D=key.block_d,
+            PROGRAM_D=key.program_d,
+            USE_GDC=use_gdc(key.launch_pdl),
+            num_warps=key.num_warps,
+            launch_pdl=key.launch_pdl,
+        )
+
+    @kernel_launcher
+    def __call__(
+        self,
+        kv: torch.Tensor,
+        score: torch.Tensor,
+        ape: torch.Tensor,
+        positions: torch.Tensor,
+        state_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        block_table: torch.Tensor,
+        req_indices: torch.Tensor,
+        out: torch.Tensor,
+        compress_ratio: int,
+        head_dim: int,
+        block_size: int,
+        launch_pdl: bool = False,
+    ) -> LaunchSpec:
+        """A program per (token, column group). No checks here: it also runs on warmup stand-ins."""
+        key = self.dispatch(
+            compress_ratio=compress_ratio,
+            head_dim=head_dim,
+            block_size=block_size,
+            dtype=state_cache.dtype,
+            block_table_dtype=block_table.dtype,
+            positions_dtype=positions.dtype,
+            slot_mapping_dtype=slot_mapping.dtype,
+            req_indices_dtype=req_indices.dtype,
+            launch_pdl=launch_pdl,
+        )
+        return LaunchSpec(
+            grid=(positions.shape[0] * triton.cdiv(head_dim, key.program_d),),
+            kwargs=dict(
+                KV_ptr=kv,
+                kv_row_stride=kv.stride(0),
+                Score_ptr=score,
+                score_row_stride=score.stride(0),
+                Ape_ptr=ape,
+                ape_row_stride=ape.stride(0),
+                Positions_ptr=positions,
+                Slot_ptr=slot_mapping,
+                State_ptr=state_cache,
+                state_block_stride=state_cache.stride(0),
+                state_row_stride=state_cache.stride(1),
+                BlockTable_ptr=block_table,
+                block_table_row_stride=block_table.stride(0),
+                ReqIdx_ptr=req_indices,
+                Out_ptr=out,
+                out_row_stride=out.stride(0),
+            ),
+            key=key,
+            result=out,
+        )
+
+
+def decode_step(
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    ape: torch.Tensor,
+    positions: torch.Tensor,
+    state_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    block_table: torch.Tensor,
+    req_indices: torch.Tensor,
+    out: torch.Tensor,
+    compress_ratio: int,
+    head_dim: int,
+    block_size: int,
+    state_width: int,
+    pdl_kwargs: dict | None = None,
+    max_position: int | None = None,
+) -> torch.Tensor:
+    """``save_partial_states`` then ``compress_windows`` in one launch, for a decode batch.
+
+    The arguments are those two functions', checked by their checks (the same errors),
+    and ``kv`` must be as wide as a state half (``W = state_width``, as the compressor
+    reads it). Padding tokens (slot -1) store nothing; like ``compress_windows``, which
+    never reads slots, they still write ``out[token]`` when their position closes a window.
+
+    The result equals the two launches' only if no token stores a row that another
+    token's window reads (a decode batch: one token per request; a prefill or a verify
+    step would race). On the CPU that is checked; on a GPU it is the caller's promise.
+    """
+    device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
+                                       compress_ratio)
+    check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim, block_size,
+                           max_position)
+    width = layout_of(compress_ratio).state_width(head_dim)
+    if state_width != width:
+        raise ValueError(f"state_width: {state_width}, but compress_windows reads scores at W = {width} "
+                         f"(head_dim={head_dim}, ratio {compress_ratio})")
+    if kv.shape[1] != width:
+        raise ValueError(f"kv: width {kv.shape[1]}, expected W = {width}: the fused store writes whole state halves")
+    tokens = positions.shape[0]
+    if device.type == "cpu" and tokens:
+        _check_no_row_is_shared(positions, slot_mapping, block_table, req_indices, compress_ratio, block_size)
+    if tokens:
+        DecodeStepKernel()(kv, score, ape, positions, state_cache, slot_mapping, block_table, req_indices, out,
+                           compress_ratio, head_dim, block_size, launch_pdl=resolve_pdl(pdl_kwargs, device))
+    return out
+
+
+def _check_no_row_is_shared(positions, slot_mapping, block_table, req_indices, compress_ratio, block_size) -> None:
+    """No closing token's window reads a slot another token stores in this launch (the two
+    would race): needs the values, so on the CPU only."""
+    closing = (positions + 1) % compress_ratio == 0
+    stored = slot_mapping[slot_mapping >= 0].long()
+    if not bool(closing.any()) or not stored.numel():
+        return
+    window = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
+    q = positions[closing].long()[:, None] - torch.arange(window, device=positions.device)
+    valid = q >= 0
+    q = q.clamp(min=0)
+    reads = block_table[req_indices[closing].long()[:, None], q // block_size].long() * block_size + q % block_size
+    own = slot_mapping[closing].long()[:, None]
+    if bool((valid & (reads != own) & torch.isin(reads, stored)).any()):
+        raise ValueError("slot_mapping: a token stores a row that another token's window reads; decode_step takes "
+                         "decode batches (one token per request): run save_partial_states, then compress_windows")

@@ -1,0 +1,253 @@
+"""The fused decode step against its two launches (store, then compressor) and the reference.
+
+Each case is a decode batch: one new token per request, in shuffled order, at positions
+that close a window or not (at ratio 4 also the first window, whose previous one lies
+below position 0), with the rows of earlier positions already in a strided cache whose
+blocks are shuffled, and padding tokens (slot -1) in between. The cache and ``out`` are
+poisoned with NaN first. The fused launch must leave every byte of both backing tensors
+as the two launches leave them on a copy; the store must equal the reference bit for bit,
+and the entries the float64 reference to ``REL_TOL``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from dsv4_helpers import assert_rel_close, on_cpu, poison, projection_views, same_bits
+
+from deepseek_v4 import DecodeStepKernel, compress_windows, decode_step, save_partial_states
+from deepseek_v4.common import LAYOUTS
+from deepseek_v4.reference import compress_windows_ref, save_partial_states_ref
+from jitkern import TritonJitKernel
+from jitkern.testing import record_launches
+
+
+def _position(ratio: int, closing: bool, most: int) -> int:
+    """A position below ``most`` (at least ``ratio``) that closes a window or not."""
+    if closing:
+        return random.randrange(ratio - 1, most, ratio)
+    return random.choice([p for p in range(most) if (p + 1) % ratio])
+
+
+def decode_case(ratio, head_dim, *, requests=7, padding=2, block_size=None, index_dtype=None, spread=1.0,
+                most=None):
+    """A decode batch and the tensors behind it: ``(args, backing)``, where ``backing``
+    holds the full tensors that ``state_cache`` and ``out`` are views of."""
+    layout = LAYOUTS[ratio]
+    bs = block_size or layout.block_size
+    width = layout.state_width(head_dim)
+    most = most or 3 * ratio
+    positions = [_position(ratio, random.random() < 0.5, most) for _ in range(requests)]
+    positions[0] = ratio - 1  # the first window: at ratio 4 its previous one lies below position 0
+    positions[1] = random.randrange(ratio - 1) if ratio == 4 else _position(ratio, False, most)  # closes none
+    positions[2] = random.randrange(2 * ratio - 1, most, ratio)  # a window after another (most > 2 * ratio)
+    counts = [p // bs + 1 for p in positions]
+    blocks = torch.randperm(sum(counts) + 3).int()
+    cache_full = poison((len(blocks), bs + 1, 2 * width + 3))
+    cache = cache_full[:, :bs, : 2 * width]  # dims 0 and 1 strided
+    rows = torch.randperm(requests + 1).tolist()  # block table rows in any order, one unused
+    block_table = torch.full((requests + 1, max(counts) + random.randint(0, 2)), -1, dtype=torch.int32)
+    taken = 0
+    for r, (p, count) in enumerate(zip(positions, counts)):
+        block_table[rows[r], :count] = blocks[taken : taken + count]
+        taken += count
+        q = torch.arange(p)  # earlier steps' rows; this step's row p is still poison
+        cache[block_table[rows[r], q // bs].long(), q % bs] = torch.randn(p, 2 * width) * spread
+
+    batch = []  # (position, slot, block table row)
+    for r in torch.randperm(requests).tolist():
+        p = positions[r]
+        batch.append((p, int(block_table[rows[r], p // bs]) * bs + p % bs, rows[r]))
+    for k in range(padding):
+        r = 2 if k == 0 else random.randrange(requests)
+        # a closing position whose window holds earlier rows only (the first one always), or 0
+        closing = positions[r] >= ratio and (k == 0 or random.random() < 0.5)
+        p = _position(ratio, True, positions[r]) if closing else 0
+        batch.insert(random.randint(0, len(batch)), (p, -1, rows[r]))
+    tokens = len(batch)
+    kv, score = projection_views(tokens, width, pad=5)
+    kv.mul_(spread)
+    score.mul_(spread)
+    dtypes = [index_dtype or random.choice([torch.int32, torch.int64]) for _ in range(3)]
+    out_full = poison((tokens, head_dim + 6))
+    args = dict(
+        kv=kv, score=score, ape=torch.randn(ratio, width + 7)[:, :width],
+        positions=torch.tensor([b[0] for b in batch], dtype=dtypes[0]), state_cache=cache,
+        slot_mapping=torch.tensor([b[1] for b in batch], dtype=dtypes[1]), block_table=block_table,
+        req_indices=torch.tensor([b[2] for b in batch], dtype=dtypes[2]), out=out_full[:, 1 : 1 + head_dim],
+        compress_ratio=ratio, head_dim=head_dim, block_size=bs, state_width=width,
+    )
+    return args, dict(state_cache=cache_full, out=out_full)
+
+
+def on_copies(args, backing):
+    """``args`` with ``state_cache`` and ``out`` the same views of copies of their backing."""
+    copies = {name: full.clone() for name, full in backing.items()}
+    views = {name: torch.as_strided(copies[name], args[name].shape, args[name].stride(), args[name].storage_offset())
+             for name in copies}
+    return {**args, **views}, copies
+
+
+def two_launches(args) -> None:
+    """What the fused kernel replaces: the store, then the compressor."""
+    save_partial_states(*(args[n] for n in ("kv", "score", "ape", "positions", "state_cache", "slot_mapping",
+                                            "block_size", "state_width", "compress_ratio")),
+                        pdl_kwargs=args.get("pdl_kwargs"))
+    compress_windows(*(args[n] for n in ("state_cache", "block_table", "positions", "req_indices", "out",
+                                         "compress_ratio", "head_dim", "block_size")),
+                     pdl_kwargs=args.get("pdl_kwargs"), max_position=args.get("max_position"))
+
+
+def check_against_two_launches_and_reference(args, backing) -> None:
+    two, two_backing = on_copies(args, backing)
+    ref, ref_backing = on_copies(args, backing)
+    two_launches(two)
+    decode_step(**args)
+    assert same_bits(backing["state_cache"], two_backing["state_cache"]), "cache bytes differ from the two launches"
+    assert same_bits(backing["out"], two_backing["out"]), "out bytes differ from the two launches"
+
+    save_partial_states_ref(*(ref[n] for n in ("kv", "score", "ape", "positions", "state_cache", "slot_mapping",
+                                               "block_size", "state_width", "compress_ratio")))
+    compress_windows_ref(*(ref[n] for n in ("state_cache", "block_table", "positions", "req_indices", "out",
+                                            "compress_ratio", "head_dim", "block_size")))
+    assert same_bits(backing["state_cache"], ref_backing["state_cache"]), "the store differs from the reference"
+    closing = (args["positions"] + 1) % args["compress_ratio"] == 0
+    assert closing.any() and (~closing).any()
+    assert_rel_close(args["out"][closing], ref["out"][closing], "windows")
+    assert same_bits(args["out"][~closing], ref["out"][~closing]), "a token closing no window was written"
+    assert same_bits(backing["out"][:, 1 + args["head_dim"]:], ref_backing["out"][:, 1 + args["head_dim"]:])
+    assert same_bits(backing["out"][:, 0], ref_backing["out"][:, 0]), "wrote outside out's columns"
+
+
+@pytest.mark.parametrize("ratio,head_dim", [(4, 8), (4, 20), (128, 16), (128, 80)], ids=lambda v: str(v))
+def test_fused_equals_store_then_compress(ratio, head_dim):
+    """80 at ratio 128: two column groups of 64, the second masked (the compressor's tiling)."""
+    args, backing = decode_case(ratio, head_dim, requests=random.choice([5, 7, 9]), padding=random.randint(1, 3))
+    check_against_two_launches_and_reference(args, backing)
+
+
+@pytest.mark.parametrize("ratio,head_dim", [(4, 512), (128, 512), (4, 128), (128, 128)], ids=lambda v: str(v))
+def test_fused_equals_store_then_compress_at_deployment_sizes(ratio, head_dim):
+    args, backing = decode_case(ratio, head_dim, requests=3, padding=1, most=2 * ratio + 8)
+    check_against_two_launches_and_reference(args, backing)
+
+
+def test_windows_across_block_boundaries_and_large_scores():
+    """Block size 3 (off the spec's table): windows straddle blocks; scores of +-40."""
+    args, backing = decode_case(4, 12, block_size=3, spread=40.0, requests=9)
+    check_against_two_launches_and_reference(args, backing)
+
+
+def test_pdl_runs_under_the_interpreter():
+    args, backing = decode_case(4, 8)
+    spec = DecodeStepKernel().launch_spec(**{k: v for k, v in args.items() if k != "state_width"}, launch_pdl=True)
+    assert spec.key.launch_pdl
+    check_against_two_launches_and_reference({**args, "pdl_kwargs": {"launch_pdl": True}}, backing)
+
+
+def test_one_launch_of_a_program_per_token_and_column_group():
+    args, _ = decode_case(128, 80, requests=5, padding=2)
+    with record_launches(dry_run=True) as launches:
+        decode_step(**args)
+    (kernel, spec), = launches
+    assert kernel.name == "deepseek_v4.decode_step" and spec.grid == (7 * 2,)
+
+
+def test_zero_tokens_launch_nothing(monkeypatch):
+    args, _ = decode_case(4, 8)
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched for zero tokens"))
+    decode_step(**{**args, **{n: args[n][:0] for n in ("kv", "score", "positions", "slot_mapping", "req_indices",
+                                                       "out")}})
+
+
+HOST_VALUES = pytest.mark.skipif(not on_cpu(), reason="value checks would synchronise a GPU: CPU only")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda a: dict(kv=a["kv"].half()),
+        lambda a: dict(score=a["score"][:, :-1]),
+        lambda a: dict(ape=a["ape"][:2]),
+        lambda a: dict(positions=a["positions"].float()),
+        lambda a: dict(slot_mapping=a["slot_mapping"][:-1]),
+        lambda a: dict(state_cache=a["state_cache"].double()),
+        lambda a: dict(state_cache=a["state_cache"][:, :, :-1]),
+        lambda a: dict(block_table=a["block_table"].long()),
+        lambda a: dict(req_indices=a["req_indices"][:-1]),
+        lambda a: dict(out=a["out"][:, :-1]),
+        lambda a: dict(compress_ratio=16),
+        lambda a: dict(head_dim=0),
+        lambda a: dict(block_size=2),
+        lambda a: dict(max_position=10**6),
+        lambda a: dict(pdl_kwargs={"launch_pdll": True}),
+        pytest.param(lambda a: dict(slot_mapping=a["slot_mapping"] + 10_000), marks=HOST_VALUES),
+        pytest.param(lambda a: dict(req_indices=a["req_indices"] + 10), marks=HOST_VALUES),
+        pytest.param(lambda a: dict(block_table=a["block_table"][:, :0]), marks=HOST_VALUES),
+    ],
+)
+def test_wrong_inputs_raise_what_the_two_launches_raise(monkeypatch, change):
+    args, _ = decode_case(4, 8)
+    bad = {**args, **change(args)}
+    with record_launches(dry_run=True), pytest.raises(ValueError) as two:
+        two_launches(bad)
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched despite a bad input"))
+    with pytest.raises(ValueError) as fused:
+        decode_step(**bad)
+    assert str(fused.value) == str(two.value)
+
+
+@pytest.mark.parametrize(
+    "change,argument",
+    [
+        (lambda a: dict(state_width=17, state_cache=torch.zeros(a["state_cache"].shape[0], 4, 40)), "state_width"),
+        (lambda a: dict(kv=a["kv"][:, :-1], score=a["score"][:, :-1]), "kv"),
+    ],
+)
+def test_what_only_the_fused_kernel_needs_is_checked(monkeypatch, change, argument):
+    """The store may write narrower rows than the compressor reads; fused, they must match."""
+    args, _ = decode_case(4, 8)
+    bad = {**args, **change(args)}
+    with record_launches(dry_run=True):
+        save_partial_states(*(bad[n] for n in ("kv", "score", "ape", "positions", "state_cache", "slot_mapping",
+                                               "block_size", "state_width", "compress_ratio")))
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched despite a bad input"))
+    with pytest.raises(ValueError, match=f"^{argument}:"):
+        decode_step(**bad)
+
+
+@HOST_VALUES
+@pytest.mark.parametrize("who", ["second token of a request", "padding token"])
+def test_a_batch_whose_tokens_share_rows_is_refused_on_the_cpu(monkeypatch, who):
+    """Another token of the launch storing a row a closing window reads would race with it."""
+    args, _ = decode_case(128, 16, requests=3, padding=0)
+    closing = int(((args["positions"] + 1) % 128 == 0).nonzero()[0])
+    p, r = int(args["positions"][closing]), int(args["req_indices"][closing])
+    if who == "padding token":  # closes the same window, reads the row the real token stores
+        extra = dict(slot=-1, position=p)
+    else:  # stores position p - 1 in this launch (a prefill or verify step)
+        extra = dict(slot=int(args["block_table"][r, (p - 1) // 8]) * 8 + (p - 1) % 8, position=p - 1)
+    grown = dict(args)
+    for name, value in (("positions", extra["position"]), ("slot_mapping", extra["slot"]), ("req_indices", r)):
+        grown[name] = torch.cat([args[name], torch.tensor([value], dtype=args[name].dtype)])
+    projection = torch.randn(len(grown["positions"]), 2 * 16)
+    grown.update(kv=projection[:, :16], score=projection[:, 16:], out=torch.zeros(len(grown["positions"]), 16))
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched despite a race"))
+    with pytest.raises(ValueError, match="^slot_mapping: a token stores a row that another token's window reads"):
+        decode_step(**grown)
+
+
+def test_warmup_keys_follow_the_spec_table():
+    kernel = DecodeStepKernel()
+    assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
+    assert kernel.get_warmup_keys(head_dim=128, compress_ratio=64) == []
+    for ratio, block_size in ((4, 4), (128, 8)):
+        keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
+        assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}
+        assert len(keys) == 8  # positions x slot_mapping x req_indices dtypes
+        binaries = kernel.binary_keys(keys)
+        assert {binary.layout for binary in binaries} == {""}  # the table's row stride is not specialised
+        for binary in binaries:
+            kernel.compile(binary)  # under the interpreter: checks the stand-ins dispatch to the key
