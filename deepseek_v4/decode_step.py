@@ -31,8 +31,10 @@ from deepseek_v4.save_partial_states import check_save_partial_states
 
 
 @triton.jit(
-    do_not_specialize=["block_table_row_stride"],  # one scalar product: no binary per stride class
-    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr", "BlockTable_ptr", "ReqIdx_ptr"],
+    # Only the store's reads and writes gain from specialising (vector loads of kv and score);
+    # the table's stride and the entry's row (written by one token in R) get no binaries of their own.
+    do_not_specialize=["block_table_row_stride", "out_row_stride"],
+    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr", "BlockTable_ptr", "ReqIdx_ptr", "Out_ptr"],
 )
 def _decode_step_kernel(
     KV_ptr,
@@ -70,6 +72,7 @@ def _decode_step_kernel(
         tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
     HALVES: tl.constexpr = STATE_WIDTH // HEAD_DIM
+    STORE_D: tl.constexpr = PROGRAM_D & -PROGRAM_D  # its largest power-of-two divisor: one step in practice
     if GROUPS == 1:
         token = tl.program_id(0).to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
         col0 = 0
@@ -81,8 +84,8 @@ def _decode_step_kernel(
     if slot >= 0:  # padding tokens (slot -1) store nothing
         row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
         ape = Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride
-        for d0 in range(0, PROGRAM_D, BLOCK_D):
-            d = col0 + d0 + tl.arange(0, BLOCK_D)
+        for d0 in range(0, PROGRAM_D, STORE_D):
+            d = col0 + d0 + tl.arange(0, STORE_D)
             mask = d < HEAD_DIM
             for h in tl.static_range(HALVES):
                 c = h * HEAD_DIM + d

@@ -1,7 +1,8 @@
 """A serving schedule: requests arrive, prefill in chunks, decode, verify drafts, finish.
 
-After every step the store and then the compressor run, as an engine runs them; every
-window closed by a committed token must equal the straightforward sequence reference
+After every step the store and then the compressor run, as an engine runs them (fused in
+one launch, ``decode_step``, when every request brings one token); every window closed by
+a committed token must equal the straightforward sequence reference
 (``compress_sequence_ref`` over the request's whole token sequence). Blocks of finished
 requests go back to the pool and are reused, so stale rows of old requests sit in the
 cache; rejected draft tokens leave junk rows that later steps overwrite.
@@ -20,7 +21,7 @@ import pytest
 import torch
 from dsv4_helpers import assert_rel_close, manifest_keys, poison
 
-from deepseek_v4 import compress_windows, save_partial_states
+from deepseek_v4 import compress_windows, decode_step, save_partial_states
 from deepseek_v4.common import LAYOUTS
 from deepseek_v4.reference import compress_sequence_ref
 from jitkern.testing import record_launches
@@ -105,18 +106,23 @@ class Schedule:
                 reqs.append(request.row)
                 committed.append(request if true else None)
             request.done += accepted
-        for _ in range(random.randint(0, 3)):  # CUDA-graph padding
+        padding = random.randint(0, 3)
+        for _ in range(padding):  # CUDA-graph padding
             kv_rows.append(torch.randn(self.width))
             score_rows.append(torch.randn(self.width))
             positions, slots, reqs, committed = positions + [0], slots + [-1], reqs + [0], committed + [None]
 
         kv, score, out = self._views(torch.stack(kv_rows), torch.stack(score_rows))
         positions_t = torch.tensor(positions, dtype=self.index_dtype)
-        save_partial_states(kv, score, self.ape, positions_t,
-                            self.cache, torch.tensor(slots, dtype=self.index_dtype), self.bs, self.width, self.ratio)
+        slots_t = torch.tensor(slots, dtype=self.index_dtype)
         reqs_dtype = self.index_dtype if self.views else random.choice([torch.int32, torch.int64])
-        compress_windows(self.cache, self.block_table, positions_t, torch.tensor(reqs, dtype=reqs_dtype), out,
-                         self.ratio, self.head_dim, self.bs)
+        reqs_t = torch.tensor(reqs, dtype=reqs_dtype)
+        if len(kv_rows) - padding == len(self.running):  # one token per request: the fused decode step
+            decode_step(kv, score, self.ape, positions_t, self.cache, slots_t, self.block_table, reqs_t, out,
+                        self.ratio, self.head_dim, self.bs, self.width)
+        else:
+            save_partial_states(kv, score, self.ape, positions_t, self.cache, slots_t, self.bs, self.width, self.ratio)
+            compress_windows(self.cache, self.block_table, positions_t, reqs_t, out, self.ratio, self.head_dim, self.bs)
         for i, (p, request) in enumerate(zip(positions, committed)):
             if (p + 1) % self.ratio:
                 assert out[i].isnan().all(), f"token at position {p} closes no window but was written"
@@ -198,7 +204,8 @@ def test_schedule_matches_sequence_reference_and_manifest(ratio, head_dim, reque
 
     known = manifest_keys()
     missing = {k.describe(key) for k, key in launched if key not in known.get(k.name, set())}
-    assert {k.name for k, _ in launched} == {"deepseek_v4.save_partial_states", "deepseek_v4.compress_windows"}
+    assert {"deepseek_v4.save_partial_states", "deepseek_v4.compress_windows"} <= {k.name for k, _ in launched} <= {
+        "deepseek_v4.save_partial_states", "deepseek_v4.compress_windows", "deepseek_v4.decode_step"}
     assert not missing, "launched keys no shipped manifest warms:\n  " + "\n  ".join(sorted(missing))
 
 
