@@ -15,13 +15,13 @@ from dsv4_helpers import MANIFESTS, manifest_keys
 from jitkern.registry import get_kernel
 
 
-def test_manifests_exist_and_cover_both_kernels_head_dims_and_ratios():
+def test_manifests_exist_and_cover_every_kernel_head_dim_and_ratio():
     assert MANIFESTS, "no warmup_manifests/deepseek_v4-*.json"
     configs = set()
     for path in MANIFESTS:
         for entry in json.loads(path.read_text())["kernels"]:
             configs.add((entry["kernel"], entry["config"]["head_dim"], entry["config"]["compress_ratio"]))
-    for kernel in ("deepseek_v4.save_partial_states", "deepseek_v4.compress_windows"):
+    for kernel in ("deepseek_v4.save_partial_states", "deepseek_v4.compress_windows", "deepseek_v4.decode_step"):
         for head_dim in (512, 128):
             for ratio in (4, 128):
                 assert (kernel, head_dim, ratio) in configs
@@ -84,6 +84,21 @@ def _deployment_calls(head_dim: int, ratio: int, index_dtype, table_width: int, 
     return store, compress
 
 
+def _decode_call(store: dict, compress: dict, tokens: int) -> dict:
+    """The fused decode step over the same tensors, each token a request of its own (a
+    decode batch: the CPU check refuses tokens that store rows another token reads)."""
+    import torch
+
+    table_width, block_size = compress["block_table"].shape[1], compress["block_size"]
+    block_table = torch.arange(tokens * table_width, dtype=torch.int32).view(tokens, table_width)
+    positions = store["positions"]
+    state_cache = torch.zeros(tokens * table_width, *store["state_cache"].shape[1:])
+    slots = block_table[torch.arange(tokens), positions.long() // block_size] * block_size + positions % block_size
+    req_indices = torch.arange(tokens, dtype=compress["req_indices"].dtype)
+    return {**store, **compress, "state_cache": state_cache, "slot_mapping": slots.to(positions.dtype),
+            "block_table": block_table, "req_indices": req_indices}
+
+
 @pytest.mark.compiled
 @pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 def test_serving_launches_hit_binaries_the_manifest_builds(target, triton_cache):
@@ -94,7 +109,8 @@ def test_serving_launches_hit_binaries_the_manifest_builds(target, triton_cache)
 
     from jitkern import testing
 
-    from deepseek_v4 import CompressWindowsKernel, SavePartialStatesKernel, compress_windows, save_partial_states
+    from deepseek_v4 import (CompressWindowsKernel, DecodeStepKernel, SavePartialStatesKernel, compress_windows,
+                             decode_step, save_partial_states)
     from jitkern.targets import compile_only, parse_target
 
     with testing.record_launches(dry_run=True) as launches:
@@ -106,7 +122,10 @@ def test_serving_launches_hit_binaries_the_manifest_builds(target, triton_cache)
                     compress_windows(**compress)
                     SavePartialStatesKernel()(**store, launch_pdl=True)
                     CompressWindowsKernel()(**compress, launch_pdl=True)
-    assert len(launches) == 2 * 2 * 2 * 4
+                    fused = _decode_call(store, compress, tokens)
+                    decode_step(**fused)
+                    DecodeStepKernel()(**{n: v for n, v in fused.items() if n != "state_width"}, launch_pdl=True)
+    assert len(launches) == 2 * 2 * 2 * 6
     with compile_only(parse_target(target)):
         uncovered = testing.uncovered_by_warmup(launches, {n: list(k) for n, k in manifest_keys().items()})
     assert not uncovered, "launches no manifest binary serves:\n  " + "\n  ".join(uncovered)

@@ -28,6 +28,8 @@ WIDE_LAYOUTS = {
     "deepseek_v4.save_partial_states": {"unaligned": ["kv", "score", "ape", "state_cache"],
                                         "strided": ["kv.0", "score.0"]},
     "deepseek_v4.compress_windows": {"unaligned": ["state_cache", "out"], "strided": ["state_cache.0", "out.0"]},
+    "deepseek_v4.decode_step": {"unaligned": ["kv", "score", "ape", "state_cache", "out"],
+                                "strided": ["kv.0", "score.0", "state_cache.0", "out.0"]},
 }
 
 

@@ -45,7 +45,7 @@ for _helpers in ("step5", "deepseek_v4"):  # reuse the builders of those suites'
 from dsv4_helpers import projection_views, strided_cache  # noqa: E402
 from step5_testing import poisoned_mean, random_rows, strided_index  # noqa: E402
 
-from deepseek_v4 import compress_windows, save_partial_states  # noqa: E402
+from deepseek_v4 import compress_windows, decode_step, save_partial_states  # noqa: E402
 from deepseek_v4.common import LAYOUTS  # noqa: E402
 from jitkern.examples.axpy import axpy  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
@@ -840,6 +840,65 @@ def test_compress_windows_accepts_valid_inputs(args):
 def test_compress_windows_rejects_each_wrong_argument(data):
     args = data.draw(compress_args())
     assert_each_mutation_rejected(data.draw, compress_windows, args, compress_mutations(args))
+
+
+# --- DeepSeek V4: decode_step ------------------------------------------------------------------------
+
+
+@st.composite
+def decode_step_args(draw) -> dict:
+    """A decode batch: a request per token, each with blocks of its own (so no token stores
+    a row another one's window reads); padding tokens store nothing but may close windows."""
+    ratio = draw(st.sampled_from(sorted(LAYOUTS)))
+    head_dim, tokens = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    width = LAYOUTS[ratio].state_width(head_dim)
+    block_size = draw(st.integers(1, 8))
+    positions = draw(ints(tokens, 0, 3 * ratio))
+    max_blocks = max(positions) // block_size + 1 + draw(st.integers(0, 2))
+    requests = draw(st.permutations(range(tokens)))
+    table = torch.randperm(tokens * max_blocks, dtype=torch.int32).view(tokens, max_blocks)
+    slots = [int(table[r, p // block_size]) * block_size + p % block_size if draw(st.integers(0, 3)) else -1
+             for p, r in zip(positions, requests)]
+    state_cache, _ = strided_cache(tokens * max_blocks, block_size, 2 * width + draw(st.integers(0, 3)),
+                                   extra_rows=draw(st.integers(0, 2)), extra_cols=draw(st.integers(0, 3)))
+    if draw(st.booleans()):
+        kv, score = projection_views(tokens, width, pad=draw(st.integers(0, 3)))
+    else:
+        kv, score = torch.randn(tokens, width), torch.randn(tokens, width)
+    ape = padded(torch.randn(ratio, width + draw(st.integers(0, 2))), -1, draw(st.integers(0, 3)))
+    return dict(
+        kv=kv, score=score, ape=ape, positions=draw(index(positions)), state_cache=state_cache,
+        slot_mapping=draw(index(slots)), block_table=padded(table, 1, draw(st.integers(0, 3))),
+        req_indices=draw(index(list(requests))),
+        out=padded(torch.zeros(tokens, head_dim + draw(st.integers(0, 2))), 1, draw(st.integers(0, 3))),
+        compress_ratio=ratio, head_dim=head_dim, block_size=block_size, state_width=width, pdl_kwargs=draw(PDL_KWARGS),
+        max_position=draw(st.none() | st.integers(max(positions), max_blocks * block_size - 1)),
+    )
+
+
+def decode_step_mutations(args: dict) -> list[Mutation]:
+    """The store's table and the compressor's for the arguments the store does not take;
+    and ``state_width`` other than the compressor's ``W``."""
+    width, row = args["state_width"], args["state_cache"].shape[2]
+    compress_only = {"block_table", "req_indices", "out", "head_dim", "max_position"}
+    return [
+        *save_mutations(args),
+        *[mutation for mutation in compress_mutations(args) if mutation.argument in compress_only],
+        Mutation("state_width", "wider than W", lambda draw, a: draw(st.integers(width + 1, row + 3)), strict=False),
+    ]
+
+
+@VALID
+@given(args=decode_step_args())
+def test_decode_step_accepts_valid_inputs(args):
+    assert_accepted(decode_step, args)
+
+
+@MUTATED
+@given(data=st.data())
+def test_decode_step_rejects_each_wrong_argument(data):
+    args = data.draw(decode_step_args())
+    assert_each_mutation_rejected(data.draw, decode_step, args, decode_step_mutations(args))
 
 
 # --- jitkern.examples.axpy ----------------------------------------------------------------------------
