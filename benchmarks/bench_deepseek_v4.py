@@ -1,6 +1,6 @@
-"""DeepSeek V4 compressor states on the GPU: the store and the window compressor.
+"""DeepSeek V4 compressor states on the GPU: the store, the window compressor, both fused.
 
-    python benchmarks/bench_deepseek_v4.py [--quick] [--sweep]
+    python benchmarks/bench_deepseek_v4.py [--quick] [--sweep] [--fused-only]
 
 Measures, in one run:
 
@@ -10,6 +10,10 @@ Measures, in one run:
   ratios 4 and 128;
 - ``compress_windows`` at 1024 and 65536 tokens (prefill-shaped: requests of 4096 tokens,
   so one token in ``ratio`` closes a window), both ratios;
+- the fused ``decode_step`` at batch 64 and 1024 (a token per request at a random
+  position, so about one in ``ratio`` closes a window), both head dims and ratios, against
+  the store alone and the store then the compressor (its own table; target: fused / store
+  <= 1.2; ``--fused-only`` runs just this);
 
 each as GPU time (a CUDA graph of many launches: no host overhead, the median of
 ``triton.testing.do_bench_cudagraph``), the bandwidth its bytes need, that bandwidth as a
@@ -47,6 +51,7 @@ from deepseek_v4 import (  # noqa: E402
     CompressWindowsKernel,
     SavePartialStatesKernel,
     compress_windows,
+    decode_step,
     save_partial_states,
 )
 from deepseek_v4.common import LAYOUTS  # noqa: E402
@@ -321,6 +326,95 @@ def compressor_variants(tokens: int, head_dim: int, ratio: int) -> list[dict]:
     return variants
 
 
+# --- the fused decode step -------------------------------------------------------------------
+
+DECODE_BATCHES = (64, 1024)
+DECODE_CONTEXT = 4096  # positions are drawn below this, so about one token in `ratio` closes a window
+STORE_ARGS = ("kv", "score", "ape", "positions", "state_cache", "slot_mapping", "block_size", "state_width",
+              "compress_ratio")
+COMPRESS_ARGS = ("state_cache", "block_table", "positions", "req_indices", "out", "compress_ratio", "head_dim",
+                 "block_size")
+
+
+@dataclass
+class FusedRow:
+    config: str
+    batch: int
+    closing: float  # tokens closing a window, averaged over the rotated input sets
+    fused_us: float
+    store_us: float
+    both_us: float  # the store, then the compressor: what the fused kernel replaces
+    call_us: float
+
+    def cells(self) -> list[str]:
+        return [self.config, f"{self.batch}", f"{self.closing:.1f}", f"{self.fused_us:.2f}", f"{self.store_us:.2f}",
+                f"{self.both_us:.2f}", f"{self.fused_us / self.store_us:.2f}", f"{self.fused_us / self.both_us:.2f}",
+                f"{self.call_us:.1f}"]
+
+
+def decode_inputs(batch: int, head_dim: int, ratio: int) -> dict:
+    """One decode step: a token per request at a random position below DECODE_CONTEXT. Each
+    request owns the few blocks its window and its own row lie in (shuffled); its other
+    table entries point at block 0 and are never read, so the cache stays small."""
+    layout = LAYOUTS[ratio]
+    width, bs = layout.state_width(head_dim), layout.block_size
+    window = 2 * ratio if layout.overlap else ratio
+    span = -(-window // bs) + 1  # blocks that positions p - window + 1 .. p can lie in
+    positions = torch.randint(0, DECODE_CONTEXT, (batch,), device=DEVICE)
+    first = (positions - window + 1).clamp(min=0) // bs
+    offset = torch.arange(DECODE_CONTEXT // bs, device=DEVICE)[None, :] - first[:, None]
+    own = torch.randperm(batch * span, device=DEVICE, dtype=torch.int32).view(batch, span)
+    in_window = (offset >= 0) & (offset < span)
+    block_table = torch.where(in_window, own.gather(1, offset.clamp(0, span - 1)), 0).int()
+    requests = torch.arange(batch, device=DEVICE)
+    projection = torch.randn(batch, 2 * width, device=DEVICE)
+    return dict(
+        kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(ratio, width, device=DEVICE),
+        positions=positions, state_cache=torch.randn(batch * span, bs, 2 * width, device=DEVICE),
+        slot_mapping=block_table[requests, positions // bs].long() * bs + positions % bs, block_table=block_table,
+        req_indices=requests, out=torch.full((batch, head_dim), float("nan"), device=DEVICE), compress_ratio=ratio,
+        head_dim=head_dim, block_size=bs, state_width=width,
+    )
+
+
+def pick(inputs: dict, names: tuple[str, ...]) -> dict:
+    return {name: inputs[name] for name in names}
+
+
+def store_then_compress(inputs: dict) -> None:
+    save_partial_states(**pick(inputs, STORE_ARGS))
+    compress_windows(**pick(inputs, COMPRESS_ARGS))
+
+
+def bench_fused(batch: int, head_dim: int, ratio: int) -> FusedRow:
+    """GPU time of ``decode_step`` against the store alone and the two launches it replaces,
+    after checking that it writes their bytes."""
+    layout = LAYOUTS[ratio]
+    window_bytes = (2 * ratio if layout.overlap else ratio) * 2 * head_dim * 4 + head_dim * 4
+    nbytes = store_bytes(batch, head_dim, ratio) + batch // ratio * window_bytes
+    sets, next_set = rotating(lambda: decode_inputs(batch, head_dim, ratio), nbytes)
+    fused = sets[0]
+    two = {**fused, "state_cache": fused["state_cache"].clone(), "out": fused["out"].clone()}
+    store_then_compress(two)
+    decode_step(**fused)
+    for name in ("state_cache", "out"):
+        assert torch.equal(fused[name].view(torch.int32), two[name].view(torch.int32)), f"fused {name} differs"
+    closing = sum(int(((s["positions"] + 1) % ratio == 0).sum()) for s in sets) / len(sets)
+    return FusedRow(f"head{head_dim} r{ratio}", batch, closing, gpu_us(lambda: decode_step(**next_set())),
+                    gpu_us(lambda: save_partial_states(**pick(next_set(), STORE_ARGS))),
+                    gpu_us(lambda: store_then_compress(next_set())), call_us(lambda: decode_step(**next_set())))
+
+
+def print_fused_table(rows: list[FusedRow]) -> None:
+    header = ["config", "batch", "closing", "fused us", "store us", "store+compress us", "fused/store",
+              "fused/(store+compress)", "fused call us"]
+    cells = [header] + [row.cells() for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    print("\nfused decode step (target: fused/store <= 1.2)")
+    for line in cells:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths)))
+
+
 def print_table(rows: list[Row], copy_gbs: float) -> None:
     header = ["kernel", "config", "tokens", "GPU us", "GB/s", "of copy", "call us", "torch us", "speed-up"]
     cells = [header] + [row.cells() for row in rows]
@@ -335,12 +429,22 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="head_dim 512 only, fewer sizes")
     parser.add_argument("--sweep", action="store_true",
                         help="also time other tilings (see store_variants, compressor_variants)")
+    parser.add_argument("--fused-only", action="store_true", help="only the fused decode step against its two launches")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_deepseek_v4: needs a CUDA GPU")
     torch.manual_seed(0)
 
     head_dims = (512,) if args.quick else (512, 128)
+    fused_rows = []
+    for head_dim in head_dims:
+        for ratio in (4, 128):
+            for batch in DECODE_BATCHES:
+                fused_rows.append(bench_fused(batch, head_dim, ratio))
+                print(fused_rows[-1].cells(), flush=True)
+    if args.fused_only:
+        print_fused_table(fused_rows)
+        return
     store_tokens = (1, 1024, 65536) if args.quick else (1, 64, 1024, 65536)
     compressor_tokens = (65536,) if args.quick else (1024, 65536)
     copy_gbs = copy_bandwidth_gbs()
@@ -356,6 +460,7 @@ def main(argv=None) -> None:
                 rows += bench_compressor(tokens, head_dim, ratio, copy_gbs, args.sweep)
                 print(rows[-1].cells(), flush=True)
     print_table(rows, copy_gbs)
+    print_fused_table(fused_rows)
 
 
 if __name__ == "__main__":

@@ -98,11 +98,16 @@ def dsv4_decode(device: str, head_dim: int = 512, compress_ratio: int = 4):
 
 
 def dsv4_calls(device: str) -> list:
-    """(public function, arguments) of the store and the compressor at ratios 4 and 128."""
+    """(public function, arguments) of the store, the compressor and the two fused, at ratios 4 and 128."""
     calls = []
     for compress_ratio in (4, 128):
         store, compress = dsv4_decode(device, compress_ratio=compress_ratio)
-        calls += [(deepseek_v4.save_partial_states, store), (deepseek_v4.compress_windows, compress)]
+        kv, score, ape, positions, state_cache, slots, block_size, width, _ = store
+        _, block_table, _, requests, out, _, head_dim, _ = compress
+        fused = (kv, score, ape, positions, state_cache, slots, block_table, requests, out, compress_ratio, head_dim,
+                 block_size, width)  # the two in one launch
+        calls += [(deepseek_v4.save_partial_states, store), (deepseek_v4.compress_windows, compress),
+                  (deepseek_v4.decode_step, fused)]
     return calls
 
 

@@ -1,9 +1,12 @@
 """On the GPU only (``JITKERN_TEST_MODE=gpu``): after warming from the shipped manifest,
-the serving schedule compiles nothing."""
+the serving schedule compiles nothing; the fused decode step writes the bytes of its two
+launches at deployment sizes."""
 
 from pathlib import Path
 
 import pytest
+from dsv4_helpers import same_bits
+from test_dsv4_decode_step import decode_case, on_copies, two_launches
 from test_dsv4_step_sequence import DEPLOYMENTS, VIEWS_MANIFEST, run_schedule
 
 from jitkern import guard
@@ -64,3 +67,22 @@ def test_pdl_is_launched_only_where_the_target_has_it():
                 if b.metadata.launch_pdl]
     assert bool(binaries) == pdl
     assert all("griddepcontrol" in b.asm["ptx"] for b in binaries)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("batch", [64, 1023])
+@pytest.mark.parametrize("ratio,head_dim", [(4, 512), (128, 512), (4, 128), (128, 128)], ids=lambda v: str(v))
+def test_fused_decode_step_writes_the_bytes_of_store_then_compress(ratio, head_dim, batch, pdl):
+    """Compiled, on CUDA: every byte of the cache and of ``out`` (poisoned with NaN) as
+    ``save_partial_states`` then ``compress_windows`` leave them on a copy. Half the
+    tokens close a window (far more than one in ``ratio``: each reads its own row, just
+    stored by other threads of its program, after the barrier), a few are padding."""
+    from deepseek_v4 import decode_step
+
+    args, backing = decode_case(ratio, head_dim, requests=batch, padding=batch // 16, most=64 if ratio == 4 else None)
+    args["pdl_kwargs"] = {"launch_pdl": pdl}
+    two, two_backing = on_copies(args, backing)
+    two_launches(two)
+    decode_step(**args)
+    for name in ("state_cache", "out"):
+        assert same_bits(backing[name], two_backing[name]), name
