@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
@@ -272,6 +273,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         )
 
 
+@public_call
 def decode_step(
     kv: torch.Tensor,
     score: torch.Tensor,
