@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every H200 check of a release, in one device call (device time is short), from the repo root:
 #
-#   bash benchmarks/device/run_checks.sh [steps...]     steps: check tests launch warmup step5 (default: all)
+#   bash benchmarks/device/run_checks.sh [steps...]
+#   steps: check tests launch start warps warmup step5 dsv4 store (default: all)
 #
 # Expects two ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
 # their dependencies as cp312 wheels: the device image lacks them) and .cache-h200/ (the
@@ -12,7 +13,7 @@
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" TRITON_CACHE_DIR="$PWD/.cache-h200"
-steps="${*:-check tests launch warmup step5}"
+steps="${*:-check tests launch start warps warmup step5 dsv4 store}"
 summary=()
 step() {  # step NAME TIMEOUT COMMAND...
   local name=$1 limit=$2; shift 2
@@ -27,6 +28,10 @@ step check 120 python3 -m jitkern.warmup warmup_manifests/*.json --check --no-pr
 step check 120 python3 benchmarks/device/h200_cache_check.py warmup_manifests/*.json
 step tests 420 env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider tests
 step launch 180 python3 benchmarks/bench_launch.py
+step start 180 python3 benchmarks/bench_start.py --runs 5 --cache-dir "$TRITON_CACHE_DIR"
+step warps 180 python3 benchmarks/device/check_warps.py
 step warmup 300 python3 benchmarks/bench_warmup.py
 step step5 180 python3 benchmarks/bench_step5.py
+step dsv4 240 python3 benchmarks/bench_deepseek_v4.py
+step store 240 python3 benchmarks/device/sweep_store.py
 printf '%s\n' "${summary[@]}"
