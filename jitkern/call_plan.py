@@ -9,8 +9,9 @@ as it is). ``public_call`` runs the function in full for a signature it has seen
 than twice, then records the launches it made as a **plan**. A plan checks the signature
 with torch's own C++ tensor guards (``TensorGuards``, what ``torch.compile`` checks its
 graphs' inputs with: 60-70 ns a tensor, a fifth of reading the attributes in Python) and
-launches its binaries straight from the arguments; a direct launch still checks what it
-checks on every launch, such as each pointer's alignment.
+launches its binaries straight from the arguments, through each direct launch's
+``launch_guarded``: it still checks on every launch what the signature does not hold,
+such as each pointer's alignment.
 
 So the same bad inputs raise the same errors (a call that raised records nothing), and
 nothing reads device memory. A call is never recorded, and always runs in full, when an
@@ -168,20 +169,24 @@ def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] 
         direct = kernel.direct_launch(spec)
         if direct is None:
             return None
-        items = []
-        for name, value in spec.kwargs.items():
+        if set(direct.arg_names) != spec.kwargs.keys():
+            return None
+        items = []  # the launch's runtime arguments, in the direct launch's order
+        for name in direct.arg_names:
+            value = spec.kwargs[name]
             if isinstance(value, _TENSOR) or type(value) is float:
                 if id(value) not in by_identity:
                     return None
-                items.append(f"{name!r}: {by_identity[id(value)]}")
+                items.append(by_identity[id(value)])
             elif type(value) in _PLAIN:
-                items.append(f"{name!r}: {value!r}")
+                items.append(repr(value))
             else:
                 return None
-        namespace.update({f"LAUNCH{n}": direct.launch, f"GRID{n}": tuple(spec.grid), f"KERNEL{n}": kernel,
-                          f"KEY{n}": spec.key})
-        lines += [f"    kwargs = {{{', '.join(items)}}}", f"    if not LAUNCH{n}(kwargs, GRID{n}):",
-                  "        return REFUSED" if n == 0 else f"        KERNEL{n}.launch(LaunchSpec(GRID{n}, kwargs, KEY{n}))"]
+        namespace.update({f"LAUNCH{n}": direct.launch_guarded, f"GRID{n}": tuple(spec.grid), f"KERNEL{n}": kernel,
+                          f"KEY{n}": spec.key, f"NAMES{n}": direct.arg_names})
+        lines += [f"    if not LAUNCH{n}(GRID{n}, {', '.join(items)}):",
+                  "        return REFUSED" if n == 0 else
+                  f"        KERNEL{n}.launch(LaunchSpec(GRID{n}, dict(zip(NAMES{n}, ({', '.join(items)},))), KEY{n}))"]
     lines.append(f"    return {returned}")
     exec(compile("\n".join(lines), "<public call plan>", "exec"), namespace)
     return namespace["repeat"]

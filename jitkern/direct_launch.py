@@ -31,12 +31,17 @@ class DirectLaunch:
     grid)`` returns False for a call outside the binary, which then takes Triton's normal
     path, where the guard sees it. Launches use the current stream, so CUDA graphs capture
     them; Triton's launch hooks are read per launch and fire as in Triton.
+    ``launch_guarded(grid, *arguments)`` takes the runtime arguments in ``arg_names``'
+    order and checks all but the tensors' class, dtype and device, which its caller
+    checked (a public call's plan, ``jitkern.call_plan``).
     """
 
-    __slots__ = ("binary", "launch", "source")
+    __slots__ = ("binary", "launch", "source", "launch_guarded", "arg_names")
 
-    def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str):
+    def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str,
+                 launch_guarded: Callable[..., bool], arg_names: tuple[str, ...]):
         self.binary, self.launch, self.source = binary, launch, source
+        self.launch_guarded, self.arg_names = launch_guarded, arg_names
 
 
 # Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
@@ -92,6 +97,7 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
     loads, checks, values, launch_args = [], [], [], []
     i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
     tensor_checks, pointers, guarded = [], [], []  # tensors: class, dtype and device checked together
+    arguments = []  # (variable, argument name) of each runtime argument
     for i, param in enumerate(jit_function.params):
         if param.name in constants:  # a constexpr: fixed by the key, passed as it is
             namespace[f"c{i}"] = constants[param.name]
@@ -100,6 +106,7 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
             continue
         arg, value = f"a{i}", kwargs[param.name]
         loads.append(f"{arg} = kwargs[{param.name!r}]")
+        arguments.append((arg, param.name))
         values.append(arg)
         specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
         try:
@@ -120,23 +127,17 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         else:
             checks += lines
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
+    tensor_guard = []
     if guarded:
         namespace["TENSOR_GUARDS"] = _tensor_guards([value for _, value in guarded], active)
-        checks += [f"if not TENSOR_GUARDS.check({', '.join(arg for arg, _ in guarded)}):  # else each on its own",
-                   *(f"    {line}" for line in tensor_checks)]
+        tensor_guard = [f"if not TENSOR_GUARDS.check({', '.join(arg for arg, _ in guarded)}):  # else each on its own",
+                        *(f"    {line}" for line in tensor_checks)]
     checks += pointers
     if i32_checks:
         checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
     device_check = "" if get_device is None else " or get_device() != DEVICE"
-    source = "\n".join([
-        "def launch(kwargs, grid):",
-        f"    if (len(kwargs) != {len(kwargs)} or drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}"
-        f"{''.join(unchanged_globals)}):",
-        "        return False",
-        "    try:",
-        *(f"        {line}" for line in loads),
-        "    except KeyError:",
-        "        return False",
+    state_check = f"drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}{''.join(unchanged_globals)}"
+    launch = [  # the checks of everything but the tensors' class, dtype and device, then the launch
         *(f"    {line}" for line in checks),
         "    stream = get_stream(DEVICE)",
         "    metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
@@ -152,9 +153,27 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
         f"{', '.join(launch_args)})",
         "    return True",
+    ]
+    source = "\n".join([
+        "def launch(kwargs, grid):",
+        f"    if len(kwargs) != {len(kwargs)} or {state_check}:",
+        "        return False",
+        "    try:",
+        *(f"        {line}" for line in loads),
+        "    except KeyError:",
+        "        return False",
+        *(f"    {line}" for line in tensor_guard),
+        *launch,
+        "",
+        f"def launch_guarded(grid, {', '.join(arg for arg, _ in arguments)}):",
+        "    # the caller checked each tensor's class, dtype and device (jitkern.call_plan)",
+        f"    if {state_check}:",
+        "        return False",
+        *launch,
     ])
     exec(_compiled(source, f"<direct launch of {binary.name}>"), namespace)
-    return DirectLaunch(binary, namespace["launch"], source)
+    return DirectLaunch(binary, namespace["launch"], source, namespace["launch_guarded"],
+                        tuple(name for _, name in arguments))
 
 
 @functools.lru_cache(maxsize=1024)
