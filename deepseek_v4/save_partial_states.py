@@ -107,16 +107,16 @@ class StoreTiling:
 
 
 def store_tiling(head_size: int) -> StoreTiling:
-    """The shipped tiling of a row of ``head_size`` floats (a guess until the H200 sweep).
+    """The shipped tiling of a row of ``head_size`` floats, as the H200 sweep chose it
+    (``benchmarks/device/sweep_store.py``, device notes 38).
 
-    About 1024 floats (4 KB) of each of kv and score per program, 4 warps: each thread
-    loads two 16-byte vectors of each, and 16 programs fill an SM's 64 warps (programs of
-    one warp stop at 32 per SM: half the warps, the 0.72 of head 128 at ratio 128).
-    Short rows are grouped: H = 1024 / 512 / 256 / 128 gives 1 / 2 / 4 / 8 tokens per
-    program, whole rows (at 64K tokens a column split only adds programs).
+    One warp per program, each moving 256-512 floats of kv and of score: rows of 512 and
+    more are split in 512-column groups, rows of 128 are paired (two tokens a program).
+    At 64K tokens this gave 0.94 / 0.94 / 0.93 / 0.90 of copy for H = 1024 / 512 / 256 /
+    128, where 4 warps and 1024 floats a program gave 0.93 / 0.92 / 0.91 / 0.88.
     """
-    block_h = triton.next_power_of_2(head_size)
-    return StoreTiling(tokens=max(1, 1024 // block_h), block_h=block_h, num_warps=4)
+    block_h = min(512, triton.next_power_of_2(head_size))
+    return StoreTiling(tokens=max(1, 256 // block_h), block_h=block_h, num_warps=1)
 
 
 def _grid(n_tokens: int, head_size: int, tokens: int, block_h: int) -> tuple[int]:
