@@ -95,8 +95,8 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
         for plan in plans.get(names, ()):
             result = plan(values)
             if result is not _MISS:
-                if result is _REFUSED:
-                    break
+                if result is _REFUSED:  # its binary refused (another alignment, a hook set): in full, as planned
+                    return function(*args, **kwargs)
                 return result
         if _recording.launches is not None:  # inside another public call: it records
             return function(*args, **kwargs)

@@ -22,6 +22,8 @@ def launcher_calls(monkeypatch):
 
     def launcher_cls(self, src, metadata):
         def launch(grid_0, grid_1, grid_2, stream, function, packed_metadata, launch_metadata, enter, exit, *args):
+            if enter is not None:
+                enter(launch_metadata)
             calls.append(((grid_0, grid_1, grid_2), args))
 
         return launch
@@ -83,6 +85,18 @@ def test_another_alignment_takes_the_full_call_and_launches_its_own_binary(launc
     axpy(shifted, y, 2.0, out)
     launched_x = launcher_calls[-1][1][0]  # an address from a direct launch, a tensor from Triton's path
     assert getattr(launched_x, "data_ptr", lambda: launched_x)() == shifted.data_ptr()
+
+
+def test_a_launch_hook_set_after_planning_fires_on_planned_calls(launcher_calls, monkeypatch):
+    import triton
+
+    x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+    axpy(x, y, 2.0, out)
+    axpy(x, y, 2.0, out)
+    entered = []
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda metadata: entered.append(metadata.get()))
+    axpy(x, y, 2.0, out)
+    assert [metadata["name"] for metadata in entered] == ["_axpy_kernel"] and planned(axpy) == 1
 
 
 def test_forgetting_binaries_drops_the_plans(launcher_calls):
