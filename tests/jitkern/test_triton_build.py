@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -60,8 +61,12 @@ def test_the_fingerprint_covers_what_distinguishes_builds(change, tmp_path, monk
         data = (root / "_C" / libtriton).read_bytes()
         (root / "_C" / libtriton).rename(root / "old")
         (root / "_C" / libtriton).write_bytes(data)
-    elif change == "rewritten in place":  # same size and bytes: only its ctime tells
-        (root / "compiler/compiler.py").write_text("x = 1\n")
+    elif change == "rewritten in place":  # same size, bytes and mtime: only its ctime tells
+        path = root / "compiler/compiler.py"
+        times = os.stat(path)
+        time.sleep(0.01)
+        path.write_text("x = 1\n")
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
     elif change == "version":
         monkeypatch.setattr(triton, "__version__", triton.__version__ + ".post1")
     else:
