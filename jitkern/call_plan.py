@@ -6,9 +6,11 @@ same answer for every call whose inputs have the same **signature**: each tensor
 class, dtype, device, shape, strides and autograd state; each int, bool, str, None or
 dict of them by type and value; each float by type alone (its value goes to the kernel
 as it is). ``public_call`` runs the function in full for a signature it has seen less
-than twice, then records the launches it made as a **plan**. A plan checks the signature
-with torch's own C++ tensor guards (``TensorGuards``, what ``torch.compile`` checks its
-graphs' inputs with: 60-70 ns a tensor, a fifth of reading the attributes in Python) and
+than twice, then records the launches it made as a **plan** (up to 64 a function, the
+last used first; a function that made 1024 plans makes no more, as its signatures do not
+repeat enough for plans to pay). A plan checks the signature with torch's own C++
+tensor guards (``TensorGuards``, what ``torch.compile`` checks its graphs' inputs with:
+60-70 ns a tensor, a fifth of reading the attributes in Python) and
 launches its binaries straight from the arguments, through each direct launch's
 ``launch_guarded``: it still checks on every launch what the signature does not hold,
 such as each pointer's alignment.
@@ -36,7 +38,8 @@ from jitkern import settings
 
 _TENSOR = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None)})
-PLANS_PER_CALL = 8  # signatures planned per public function and argument names, newest first
+PLANS_PER_CALL = 64  # signatures planned per public function and argument names, last used first
+PLANS_MADE_AT_MOST = 1024  # then a public function plans no more: its signatures do not repeat enough
 SEEN_SIGNATURES = 1024  # signatures called once, remembered to plan their second call
 _MISS, _REFUSED = object(), object()
 _FIRST_PLANNED_DEVICE = 0  # CPU tensors (-1) are never planned; tests of the plans on a CPU lower it
@@ -82,7 +85,7 @@ def forget_plans() -> None:
 
 def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a kernel's public function: a signature called twice is planned (see above)."""
-    plans: dict[Any, list] = {}  # argument names -> plans, newest first
+    plans: dict[Any, list] = {}  # argument names -> plans, last used first
     seen: dict[tuple, None] = {}
     _tables.append(plans)
 
@@ -92,11 +95,14 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
             values, names = args + tuple(kwargs.values()), (len(args), *kwargs)
         else:
             values, names = args, len(args)
-        for plan in plans.get(names, ()):
+        planned = plans.get(names, ())
+        for i, plan in enumerate(planned):
             result = plan(values)
             if result is not _MISS:
                 if result is _REFUSED:  # its binary refused (another alignment, a hook set): in full, as planned
                     return function(*args, **kwargs)
+                if i:
+                    planned.insert(0, planned.pop(i))
                 return result
         if _recording.launches is not None:  # inside another public call: it records
             return function(*args, **kwargs)
@@ -105,29 +111,32 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
             result = function(*args, **kwargs)
         finally:
             _recording.launches = None
-        if settings.settings.direct_launch:
-            _remember(plans, seen, names, values, launches, result)
+        if settings.settings.direct_launch and made[0] < PLANS_MADE_AT_MOST:
+            made[0] += _remember(plans, seen, names, values, launches, result)
         return result
 
+    made = [0]  # plans this function made, evicted ones included
     call.plans = plans
     return call
 
 
-def _remember(plans: dict, seen: dict, names: Any, values: tuple, launches: list, result: Any) -> None:
-    """Plan this signature if it is the second time it was called in full."""
+def _remember(plans: dict, seen: dict, names: Any, values: tuple, launches: list, result: Any) -> bool:
+    """Plan this signature if it is the second time it was called in full; whether it did."""
     signature = input_signature(values)
     if signature is None:
-        return
+        return False
     if (names, signature) not in seen:
         if len(seen) >= SEEN_SIGNATURES:
             seen.clear()
         seen[(names, signature)] = None
-        return
+        return False
     plan = _plan(values, launches, result)
-    if plan is not None:
-        planned = plans.setdefault(names, [])
-        planned.insert(0, plan)
-        del planned[PLANS_PER_CALL:]
+    if plan is None:
+        return False
+    planned = plans.setdefault(names, [])
+    planned.insert(0, plan)
+    del planned[PLANS_PER_CALL:]
+    return True
 
 
 def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] | None:

@@ -102,6 +102,27 @@ def test_a_launch_hook_set_after_planning_fires_on_planned_calls(launcher_calls,
     assert [metadata["name"] for metadata in entered] == ["_axpy_kernel"] and planned(axpy) == 1
 
 
+def test_plans_are_bounded_and_a_function_whose_signatures_do_not_repeat_stops_planning(launcher_calls,
+                                                                                         monkeypatch):
+    out = torch.empty(100)
+    for size in range(1, call_plan.PLANS_PER_CALL + 6):  # more sizes than a function keeps plans of
+        for _ in range(2):
+            axpy(torch.randn(size), torch.randn(size), 2.0, out[:size])
+    assert planned(axpy) == call_plan.PLANS_PER_CALL
+    launcher_calls.clear()
+    axpy(torch.randn(3), torch.randn(3), 5.0, out[:3])  # evicted: a full call, then it is seen again
+    assert launcher_calls[-1][1][3] == 5.0
+    registry.get_kernel("jitkern.example.axpy").forget_binaries()
+    monkeypatch.setattr(call_plan, "PLANS_MADE_AT_MOST", 2)
+    from jitkern.examples import axpy as module
+
+    fresh = call_plan.public_call(module.axpy.__wrapped__)
+    for size in range(1, 6):
+        for _ in range(2):
+            fresh(torch.randn(size), torch.randn(size), 2.0, out[:size])
+    assert planned(fresh) == 2
+
+
 def test_forgetting_binaries_drops_the_plans(launcher_calls):
     x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
     axpy(x, y, 2.0, out)
