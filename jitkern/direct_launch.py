@@ -129,9 +129,10 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
     tensor_guard = []
     if guarded:
-        namespace["TENSOR_GUARDS"] = _tensor_guards([value for _, value in guarded], active)
-        tensor_guard = [f"if not TENSOR_GUARDS.check({', '.join(arg for arg, _ in guarded)}):  # else each on its own",
-                        *(f"    {line}" for line in tensor_checks)]
+        namespace["GUARDS"] = TensorKinds([value for _, value in guarded], active)
+        tensors = ", ".join(arg for arg, _ in guarded)
+        tensor_guard = [f"if not GUARDS.now.check({tensors}):  # else each on its own, then GUARDS learns them",
+                        *(f"    {line}" for line in tensor_checks), f"    GUARDS.learn({tensors})"]
     checks += pointers
     if i32_checks:
         checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
@@ -223,19 +224,39 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
     return None
 
 
-def _tensor_guards(values: list[Any], active: Any) -> Any:
-    """Torch's C++ check (``TensorGuards``, as ``torch.compile`` guards its inputs) that
-    each tensor is a plain ``torch.Tensor`` of ``values``' dtypes on the launch device,
-    of the same number of dimensions, any sizes and strides, without autograd: about
-    65 ns a tensor, where reading class, dtype and device in Python takes 160. A tensor
-    it refuses (a ``Parameter``, one that requires grad) is checked one attribute at a
-    time instead."""
-    from torch._C._dynamo.guards import TensorGuards
+class TensorKinds:
+    """Torch's C++ check (``TensorGuards``, as ``torch.compile`` guards its inputs) that each
+    tensor of a launch is of the kind the binary takes: its class, dtype, device, number
+    of dimensions and autograd state, any sizes and strides. About 65 ns a tensor, where
+    reading class, dtype and device in Python takes 160.
 
-    device = active.get_active_torch_device()
-    examples = [_example(value.dtype, len(value.shape), device) for value in values]
-    return TensorGuards(*examples, dynamic_dims_sizes=[[None] * example.dim() for example in examples],
-                        dynamic_dims_strides=[[None] * example.dim() for example in examples])
+    A guard also holds torch's thread state when it was made: one made at ``load()``
+    refuses tensors made under ``torch.inference_mode()``, as serving engines make them.
+    When it refuses tensors that pass the checks one attribute at a time, it ``learn``s
+    them: the guard is made again from those tensors, in the caller's state (at most
+    ``RELEARN`` times, so that alternating kinds cost the slow checks, not a new guard
+    each launch).
+    """
+
+    RELEARN = 4
+    __slots__ = ("now", "_left")
+
+    def __init__(self, values: list[Any], active: Any):
+        device = active.get_active_torch_device()
+        self.now = self._guards([_example(value.dtype, len(value.shape), device) for value in values])
+        self._left = self.RELEARN
+
+    def learn(self, *tensors: Any) -> None:
+        if self._left:
+            self._left -= 1
+            self.now = self._guards(tensors)
+
+    @staticmethod
+    def _guards(tensors: Any) -> Any:
+        from torch._C._dynamo.guards import TensorGuards
+
+        return TensorGuards(*tensors, dynamic_dims_sizes=[[None] * tensor.dim() for tensor in tensors],
+                            dynamic_dims_strides=[[None] * tensor.dim() for tensor in tensors])
 
 
 @functools.lru_cache(maxsize=256)

@@ -343,3 +343,23 @@ def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
     pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in arguments]
     launcher(*spec.grid, 1, 1, 0, binary.function, binary.packed_metadata, None, None, None, *pointers)
     assert len(calls) == 2 and calls[0] == calls[1]
+
+
+def test_tensors_made_under_inference_mode_launch_directly_and_the_guard_learns_them(monkeypatch):
+    """Serving engines make tensors under torch.inference_mode(); the guard made at load
+    refuses them (another thread state), checks them one by one, and learns their kind."""
+    x, y = inputs(256)
+    axpy(x, y, 1.0)  # prepares the direct launch, outside inference mode
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    direct = KERNEL.direct_launch(spec)
+    guards = direct.launch.__globals__["GUARDS"]
+    learnt = guards.now
+    runs = triton_runs(monkeypatch, KERNEL)
+    with torch.inference_mode():
+        a, b, out = torch.randn(256), torch.randn(256), torch.empty(256)
+        assert not learnt.check(a, b, out)
+        for _ in range(3):
+            assert direct.launch(dict(spec.kwargs, X_ptr=a, Y_ptr=b, Out_ptr=out), spec.grid)
+        assert guards.now is not learnt and guards.now.check(a, b, out)  # learnt once, then it passes
+    assert runs == []
+    assert not direct.launch(dict(spec.kwargs, X_ptr=a.double()), spec.grid)  # another dtype: refused
