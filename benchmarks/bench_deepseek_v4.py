@@ -377,7 +377,8 @@ def decode_inputs(batch: int, head_dim: int, ratio: int, closing: float | None =
     requests = torch.arange(batch, device=DEVICE)
     projection = torch.randn(batch, 2 * width, device=DEVICE)
     slot_mapping = block_table[requests, positions // bs].long() * bs + positions % bs
-    slot_mapping[torch.rand(batch, device=DEVICE) < padding] = -1
+    if padding:
+        slot_mapping[torch.rand(batch, device=DEVICE) < padding] = -1
     return dict(
         kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(ratio, width, device=DEVICE),
         positions=positions, state_cache=torch.randn(batch * span, bs, 2 * width, device=DEVICE),
@@ -393,8 +394,8 @@ def decode_variants(head_dim: int, ratio: int) -> list[dict]:
     the shipped one first. Only tilings whose window tiles sum each column's rows as the
     compressor's do (``check_decode_tiling``): at ratio 4 a program per token with 128 to
     512 columns and 1 to 4 warps; at ratio 128 the compressor's 32-column steps with 4
-    warps, 32 to 128 columns and up to 8 to 64 tokens a program, and programs for a wave
-    of 128 to 2048."""
+    warps, 32 to 128 columns and up to 8 to 64 tokens a program, and as many tokens as
+    leave 128 to 2048 programs."""
     shipped = decode_tiling(ratio, head_dim)
     head = triton.next_power_of_2(head_dim)
     if LAYOUTS[ratio].overlap:
@@ -403,7 +404,8 @@ def decode_variants(head_dim: int, ratio: int) -> list[dict]:
         choices = [{}]
     else:
         tilings = [DecodeTiling(scan, shipped.block_d, program_d, shipped.num_warps)
-                   for scan in (32, 16, 8, 64) for program_d in (32, 64, 128) if program_d <= head]
+                   for scan, program_d in ((32, 32), (16, 32), (8, 32), (64, 32), (32, 64), (32, 128), (16, 64),
+                                           (16, 128)) if program_d <= head]
         choices = [{}] + [dict(min_programs=m) for m in (128, 256, 1024, 2048)]
     variants = [dict(tiling=shipped)] + [dict(tiling=shipped, **choice) for choice in choices if choice]
     for tiling in tilings:

@@ -122,16 +122,21 @@ def _window_columns(
 
     for d0 in range(0, PROGRAM_D, BLOCK_D):
         d = col0 + d0 + tl.arange(0, BLOCK_D)
+        if OWN:  # issued first, so that they are in flight with the tiles' loads
+            kv_own = tl.load(own_kv + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)
+            s_own = (tl.load(own_score + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)
+                     + tl.load(own_ape + CUR_COL + d, mask=d < HEAD_DIM, other=0.0))
+            if OVERLAP:
+                kv_own_prev = tl.load(own_kv + d, mask=d < HEAD_DIM, other=0.0)
+                s_own_prev = (tl.load(own_score + d, mask=d < HEAD_DIM, other=0.0)
+                              + tl.load(own_ape + d, mask=d < HEAD_DIM, other=0.0))
         d_mask = (d < HEAD_DIM)[None, :]
         cur = State_ptr + rows_cur[:, None] + CUR_COL + d[None, :]
         s_cur = tl.load(cur + STATE_WIDTH, mask=d_mask, other=0.0)
         kv_cur = tl.load(cur, mask=d_mask, other=0.0)
         if OWN:
-            s_own = (tl.load(own_score + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)
-                     + tl.load(own_ape + CUR_COL + d, mask=d < HEAD_DIM, other=0.0))
             s_cur = tl.where(own_cur[:, None], s_own[None, :], s_cur)
-            kv_cur = tl.where(own_cur[:, None], tl.load(own_kv + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)[None, :],
-                              kv_cur)
+            kv_cur = tl.where(own_cur[:, None], kv_own[None, :], kv_cur)
         m = tl.max(s_cur, axis=0)
         if OVERLAP:
             prev = State_ptr + rows_prev[:, None] + d[None, :]
@@ -139,11 +144,8 @@ def _window_columns(
             s_prev = tl.load(prev + STATE_WIDTH, mask=prev_mask, other=float("-inf"))
             kv_prev = tl.load(prev, mask=prev_mask, other=0.0)
             if OWN:
-                s_own_prev = (tl.load(own_score + d, mask=d < HEAD_DIM, other=0.0)
-                              + tl.load(own_ape + d, mask=d < HEAD_DIM, other=0.0))
                 s_prev = tl.where(own_prev[:, None], s_own_prev[None, :], s_prev)
-                kv_prev = tl.where(own_prev[:, None], tl.load(own_kv + d, mask=d < HEAD_DIM, other=0.0)[None, :],
-                                   kv_prev)
+                kv_prev = tl.where(own_prev[:, None], kv_own_prev[None, :], kv_prev)
             m = tl.maximum(m, tl.max(s_prev, axis=0))
         e_cur = tl.exp(s_cur - m[None, :])
         num = tl.sum(e_cur * kv_cur, axis=0)

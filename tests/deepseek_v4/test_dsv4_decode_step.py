@@ -7,10 +7,16 @@ blocks are shuffled, and padding tokens (slot -1) in between. The cache and ``ou
 poisoned with NaN first. The fused launch must leave every byte of both backing tensors
 as the two launches leave them on a copy; the store must equal the reference bit for bit,
 and the entries the float64 reference to ``REL_TOL``.
+
+Under the interpreter every store of a launch lands only when the launch ends (the
+``stores_land_when_the_launch_ends`` fixture): no read in a launch sees what the launch
+wrote, the most a GPU may hide. The fused step must not need its own stores: a window
+that read its closing token's row back from the cache would read the poison.
 """
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -23,6 +29,35 @@ from deepseek_v4.decode_step import sweep_launch
 from deepseek_v4.reference import compress_windows_ref, save_partial_states_ref
 from jitkern import TritonJitKernel
 from jitkern.testing import record_launches
+
+
+@pytest.fixture(autouse=True)
+def stores_land_when_the_launch_ends(monkeypatch):
+    """Interpreter only: each ``tl.store`` is queued and written after the launch's last
+    program (a GPU launch orders nothing between a store and another thread's read)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from triton.runtime import interpreter
+
+    queued = []
+    store = interpreter._interpreter.store
+    launch = interpreter.GridExecutor.__call__
+
+    def queue(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        queued.append((ptrs.data.copy(), value.data.copy(), mask.data.copy()))
+
+    def launch_then_store(self, *args, **kwargs):
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            for ptrs, value, mask in queued:
+                store(ptrs, value, mask)
+            queued.clear()
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_store", queue)
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", launch_then_store)
+    yield
 
 
 def _position(ratio: int, closing: bool, most: int) -> int:
@@ -249,7 +284,7 @@ def test_a_slot_that_is_not_the_tokens_table_row(ratio, head_dim, where):
     window, read through the first halves) gives the bytes of the two launches."""
     if where == "earlier window" and ratio != 4:
         pytest.skip("only ratio 4 windows read the previous window")
-    args, backing = decode_case(ratio, head_dim, requests=7, padding=1)
+    args, backing = decode_case(ratio, head_dim, requests=7, padding=0)  # no other token reads these rows
     token = next(t for t in range(len(args["positions"])) if int(args["slot_mapping"][t]) >= 0
                  and (int(args["positions"][t]) + 1) % ratio == 0 and int(args["positions"][t]) >= 2 * ratio - 1)
     p = int(args["positions"][token])
@@ -361,3 +396,18 @@ def test_warmup_keys_follow_the_spec_table():
         assert {binary.layout for binary in binaries} == {""}  # the table's row stride is not specialised
         for binary in binaries:
             kernel.compile(binary)  # under the interpreter: checks the stand-ins dispatch to the key
+
+
+@HOST_VALUES
+@pytest.mark.parametrize("ratio,head_dim", [(4, 8), (128, 16)], ids=lambda v: str(v))
+def test_the_device_sweep_runs_on_the_cpu(monkeypatch, capsys, ratio, head_dim):
+    """``benchmarks/device/sweep_decode_step.py`` end to end, its inputs on the CPU and its
+    timer replaced by one call: the byte checks of every variant pass, the table prints."""
+    from benchmarks import bench_deepseek_v4
+    from benchmarks.device import sweep_decode_step
+
+    monkeypatch.setattr(bench_deepseek_v4, "DEVICE", "cpu")
+    monkeypatch.setattr(bench_deepseek_v4, "MAX_SETS", 2)
+    monkeypatch.setattr(sweep_decode_step, "gpu_us", lambda fn: fn() or 1.0)
+    (line, _), = sweep_decode_step.sweep(9, head_dim, ratio)
+    assert "default" in capsys.readouterr().out and f"r{ratio}" in line
