@@ -394,20 +394,21 @@ def decode_variants(head_dim: int, ratio: int) -> list[dict]:
     the shipped one first. Only tilings whose window tiles sum each column's rows as the
     compressor's do (``check_decode_tiling``): at ratio 4 a program per token with 128 to
     512 columns and 1 to 4 warps; at ratio 128 the compressor's 32-column steps with 4
-    warps, 32 to 128 columns and up to 8 to 64 tokens a program, and as many tokens as
-    leave 128 to 2048 programs."""
+    warps, 32 to 128 columns and up to 8 to 64 tokens a program, as many as leave 128 to
+    2048 programs (``min_programs``; the shipped choice leaves 512)."""
     shipped = decode_tiling(ratio, head_dim)
     head = triton.next_power_of_2(head_dim)
+    variants = [dict(tiling=shipped)]
     if LAYOUTS[ratio].overlap:
         tilings = [DecodeTiling(1, block_d, block_d, warps)
                    for block_d, warps in ((256, 2), (128, 1), (256, 1), (512, 4)) if block_d <= head]
-        choices = [{}]
     else:
+        variants += [dict(tiling=shipped, min_programs=m) for m in (128, 256, 1024, 2048)]
+        wide = DecodeTiling(64, shipped.block_d, shipped.program_d, shipped.num_warps)
+        variants += [dict(tiling=wide, min_programs=m) for m in (128, 256)]
         tilings = [DecodeTiling(scan, shipped.block_d, program_d, shipped.num_warps)
-                   for scan, program_d in ((32, 32), (16, 32), (8, 32), (64, 32), (32, 64), (32, 128), (16, 64),
-                                           (16, 128)) if program_d <= head]
-        choices = [{}] + [dict(min_programs=m) for m in (128, 256, 1024, 2048)]
-    variants = [dict(tiling=shipped)] + [dict(tiling=shipped, **choice) for choice in choices if choice]
+                   for scan, program_d in ((16, 32), (8, 32), (32, 64), (32, 128), (16, 64), (16, 128))
+                   if program_d <= head]
     for tiling in tilings:
         try:
             check_decode_tiling(ratio, head_dim, tiling)

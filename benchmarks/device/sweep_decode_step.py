@@ -10,7 +10,8 @@ compressor (the two launches the fused step replaces) and every tiling of
 shipped one first), as GPU time in a CUDA graph over inputs rotating past L2. Before it
 is timed, each tiling must leave every byte of the cache and of ``out`` as the two
 launches do, on inputs where half the tokens close a window and some are padding (slot
--1). "/store" is the fused time over the store's (target: <= 1.2), "/both" over the two
+-1). "tokens x programs": how many tokens a program takes and how many programs run.
+"/store" is the fused time over the store's (target: <= 1.2), "/both" over the two
 launches'. '*' marks the fastest tiling of a config and batch, 'default' the one
 ``decode_tiling`` ships. Compiles about 25 tilings; under two minutes on an H200.
 """
@@ -38,10 +39,17 @@ from benchmarks.bench_deepseek_v4 import (  # noqa: E402
 )
 from deepseek_v4 import DecodeStepKernel, decode_step, save_partial_states  # noqa: E402
 from deepseek_v4.common import LAYOUTS  # noqa: E402
-from deepseek_v4.decode_step import sweep_launch  # noqa: E402
+from deepseek_v4.decode_step import _chunk, sweep_launch  # noqa: E402
 
 CALL_ARGS = ("kv", "score", "ape", "positions", "state_cache", "slot_mapping", "block_table", "req_indices", "out",
              "compress_ratio", "head_dim", "block_size")
+
+
+def programs(batch: int, head_dim: int, variant: dict) -> str:
+    """Tokens a program and programs of ``variant`` at ``batch`` (as ``sweep_launch`` picks them)."""
+    tiling = variant["tiling"]
+    chunk = _chunk(batch, head_dim, tiling.scan, tiling.program_d, variant.get("min_programs"))
+    return f"{chunk:>2} x {-(-batch // chunk) * -(-head_dim // tiling.program_d):>5}"
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -77,13 +85,15 @@ def sweep(batch: int, head_dim: int, ratio: int) -> list[tuple[str, float]]:
     kernel = DecodeStepKernel()
     times = {decode_label(v): gpu_us(lambda v=v: sweep_launch(kernel, pick(next_set(), CALL_ARGS), **v))
              for v in variants}
+    shapes = {decode_label(v): programs(batch, head_dim, v) for v in variants}
     config = f"head{head_dim} r{ratio}"
     print(f"\n{config}  batch {batch}  closing tokens {closing:.1f}  store {store:.2f} us  "
           f"store+compress {both:.2f} us", flush=True)
     fastest, default = min(times, key=times.get), next(iter(times))
     for label, us in times.items():
         mark = ("*" if label == fastest else " ") + (" default" if label == default else "")
-        print(f"  {label:<58} {us:>7.2f} us  /store {us / store:>5.2f}  /both {us / both:>5.2f} {mark}", flush=True)
+        print(f"  {label:<58} {shapes[label]}  {us:>7.2f} us  /store {us / store:>5.2f}  /both {us / both:>5.2f} "
+              f"{mark}", flush=True)
     return [(f"{config:>12} {batch:>5}  {fastest:<58} {times[fastest]:>7.2f} us  /store {times[fastest] / store:.2f}"
              f"  (default {times[default]:.2f} us, /store {times[default] / store:.2f}; store {store:.2f}, "
              f"both {both:.2f})", times[fastest])]

@@ -1,13 +1,14 @@
 """The fused decode step sums each window column's rows in the compressor's order, in the
-compiled code (no GPU: compiled for cuda:90 and hip:gfx942, read from Triton's TTGIR).
+compiled code (no GPU: compiled for cuda:90, cuda:80 and hip:gfx942, the targets of the
+shipped manifests, read from Triton's TTGIR).
 
 The interpreter cannot check this: it sums with NumPy whatever the tiling. On a GPU, a
 reduction over a tile's rows follows the tile's layout, which Triton picks from the
 tile's shape, ``num_warps`` and the loads' vector width (the state cache's alignment).
 The fused step's tilings differ from the compressor's where the bits do not depend on
-them; here every window reduction of the shipped tilings (every target of the manifests'
-kind, every alignment of the cache) and of the H200 sweep's must spread a column's rows
-over registers, lanes and warps exactly as the compressor's do.
+them; here every window reduction of the shipped tilings (on each target, for every
+alignment of the cache) and of the H200 sweep's must spread a column's rows over
+registers, lanes and warps exactly as the compressor's do.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _reductions(kernel, key, target, layout, constants=None):
     return collections.Counter(found)
 
 
-@pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
+@pytest.mark.parametrize("target", ["cuda:90", "cuda:80", "hip:gfx942"])
 @pytest.mark.parametrize("head_dim,ratio", SHIPPED, ids=str)
 def test_shipped_tilings_reduce_as_the_compressor(head_dim, ratio, target, triton_cache):
     fused, compressor = _keys(head_dim, ratio)
