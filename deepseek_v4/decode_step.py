@@ -84,7 +84,7 @@ def _decode_step_kernel(
     # 2. (p + 1) % R == 0: out[t, d] = the window entry, exactly as _compress_windows_kernel
     #    (the same tiles, loads and reductions), except that the window row the store
     #    writes in this launch (the token's own) comes from the token's inputs, not the cache.
-    # The loads that need nothing are issued first (positions, slots, requests, kv, score),
+    # The loads that need nothing come first (positions, slots, requests, kv, score),
     # then those that need them (ape; the closing token's block table entries), then the
     # stores, then the window's rows: three dependent rounds to memory for a closing token,
     # two for the others, and no barrier.
@@ -172,8 +172,8 @@ def _decode_step_kernel(
             tl.store(rows + STATE_WIDTH + HEAD_DIM, score1 + ape1, mask=write)
         while lane < SCAN:
             token = program.to(tl.int64) + lane.to(tl.int64) * n_chunks
-            own_row = tl.sum(tl.where(pick & (slots >= 0), own_rows, 0), axis=0) - tl.where(
-                tl.sum(tl.where(pick, slots, 0), axis=0) >= 0, 0, 1)
+            own_slot = tl.sum(tl.where(pick, slots, 0), axis=0)
+            own_row = tl.where(own_slot >= 0, tl.sum(tl.where(pick, own_rows, 0), axis=0), -1)  # -1: padding
             # The next closing lane's table entries are read while this window's rows are.
             lane_next = tl.min(tl.where(closing & (lanes > lane), lanes, SCAN), axis=0)
             pick = lanes == lane_next
