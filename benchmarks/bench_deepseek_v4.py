@@ -56,6 +56,7 @@ from deepseek_v4 import (  # noqa: E402
 )
 from deepseek_v4.common import LAYOUTS  # noqa: E402
 from deepseek_v4.compressor import sweep_launch  # noqa: E402
+from deepseek_v4.decode_step import DecodeTiling, check_decode_tiling, decode_tiling  # noqa: E402
 from deepseek_v4.save_partial_states import StoreTiling, store_tiling  # noqa: E402
 from deepseek_v4.save_partial_states import sweep_launch as store_sweep_launch  # noqa: E402
 
@@ -352,15 +353,22 @@ class FusedRow:
                 f"{self.call_us:.1f}"]
 
 
-def decode_inputs(batch: int, head_dim: int, ratio: int) -> dict:
+def decode_inputs(batch: int, head_dim: int, ratio: int, closing: float | None = None, padding: float = 0.0) -> dict:
     """One decode step: a token per request at a random position below DECODE_CONTEXT. Each
     request owns the few blocks its window and its own row lie in (shuffled); its other
-    table entries point at block 0 and are never read, so the cache stays small."""
+    table entries point at block 0 and are never read, so the cache stays small.
+    ``closing``: the fraction of tokens moved to the end of their window (default: about
+    one in ``ratio`` closes one, as positions fall); ``padding``: the fraction of tokens
+    given slot -1 (byte checks: the timed inputs have none)."""
     layout = LAYOUTS[ratio]
     width, bs = layout.state_width(head_dim), layout.block_size
     window = 2 * ratio if layout.overlap else ratio
     span = -(-window // bs) + 1  # blocks that positions p - window + 1 .. p can lie in
     positions = torch.randint(0, DECODE_CONTEXT, (batch,), device=DEVICE)
+    if closing is not None:
+        close = torch.rand(batch, device=DEVICE) < closing
+        positions = torch.where(close, positions | (ratio - 1), positions)  # DECODE_CONTEXT is a multiple of R
+        positions = torch.where(~close & ((positions + 1) % ratio == 0), positions - 1, positions)
     first = (positions - window + 1).clamp(min=0) // bs
     offset = torch.arange(DECODE_CONTEXT // bs, device=DEVICE)[None, :] - first[:, None]
     own = torch.randperm(batch * span, device=DEVICE, dtype=torch.int32).view(batch, span)
@@ -368,13 +376,53 @@ def decode_inputs(batch: int, head_dim: int, ratio: int) -> dict:
     block_table = torch.where(in_window, own.gather(1, offset.clamp(0, span - 1)), 0).int()
     requests = torch.arange(batch, device=DEVICE)
     projection = torch.randn(batch, 2 * width, device=DEVICE)
+    slot_mapping = block_table[requests, positions // bs].long() * bs + positions % bs
+    if padding:
+        slot_mapping[torch.rand(batch, device=DEVICE) < padding] = -1
     return dict(
         kv=projection[:, :width], score=projection[:, width:], ape=torch.randn(ratio, width, device=DEVICE),
         positions=positions, state_cache=torch.randn(batch * span, bs, 2 * width, device=DEVICE),
-        slot_mapping=block_table[requests, positions // bs].long() * bs + positions % bs, block_table=block_table,
+        slot_mapping=slot_mapping, block_table=block_table,
         req_indices=requests, out=torch.full((batch, head_dim), float("nan"), device=DEVICE), compress_ratio=ratio,
         head_dim=head_dim, block_size=bs, state_width=width,
     )
+
+
+def decode_variants(head_dim: int, ratio: int) -> list[dict]:
+    """The fused step's tilings a sweep times (``decode_step.sweep_launch`` arguments: a
+    ``DecodeTiling``, and at ratio 128 the ``min_programs`` that picks tokens a program),
+    the shipped one first. Only tilings whose window tiles sum each column's rows as the
+    compressor's do (``check_decode_tiling``): at ratio 4 a program per token with 128 to
+    512 columns and 1 to 4 warps; at ratio 128 the compressor's 32-column steps with 4
+    warps, 32 to 128 columns and up to 8 to 64 tokens a program, as many as leave 128 to
+    2048 programs (``min_programs``; the shipped choice leaves 512)."""
+    shipped = decode_tiling(ratio, head_dim)
+    head = triton.next_power_of_2(head_dim)
+    variants = [dict(tiling=shipped)]
+    if LAYOUTS[ratio].overlap:
+        tilings = [DecodeTiling(1, block_d, block_d, warps)
+                   for block_d, warps in ((256, 2), (128, 1), (256, 1), (512, 4)) if block_d <= head]
+    else:
+        variants += [dict(tiling=shipped, min_programs=m) for m in (128, 256, 1024, 2048)]
+        wide = DecodeTiling(64, shipped.block_d, shipped.program_d, shipped.num_warps)
+        variants += [dict(tiling=wide, min_programs=m) for m in (128, 256)]
+        tilings = [DecodeTiling(scan, shipped.block_d, program_d, shipped.num_warps)
+                   for scan, program_d in ((16, 32), (8, 32), (32, 64), (32, 128), (16, 64), (16, 128))
+                   if program_d <= head]
+    for tiling in tilings:
+        try:
+            check_decode_tiling(ratio, head_dim, tiling)
+        except ValueError:
+            continue
+        if tiling != shipped:
+            variants.append(dict(tiling=tiling))
+    return variants
+
+
+def decode_label(variant: dict) -> str:
+    tiling = variant["tiling"]
+    label = f"scan={tiling.scan} block_d={tiling.block_d} program_d={tiling.program_d} warps={tiling.num_warps}"
+    return label + "".join(f" {name}={value}" for name, value in variant.items() if name != "tiling")
 
 
 def pick(inputs: dict, names: tuple[str, ...]) -> dict:

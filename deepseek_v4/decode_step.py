@@ -1,16 +1,26 @@
 """A decode step in one launch: the partial-state store and the window compressor, fused.
 
 A decode step (one new token per request) used to run ``save_partial_states`` and then
-``compress_windows``. Here one program owns a token and a group of ``PROGRAM_D`` columns
-of its window entry: it stores those columns of the token's ``[kv | score + ape]`` row
-(of both halves at ratio 4, where the entry's column ``d`` reads row column
-``head_dim + d`` of the token's own window), and when the token closes a window it
-compresses the same columns with the compressor's own ``_window_entry`` and tiling. So
-the only row written in this launch that a program reads is its own, in columns it
-wrote itself, and a barrier between the store and the reads makes them visible to
-every thread of the program. The bytes equal store-then-compress
+``compress_windows``. Here a program owns a group of ``PROGRAM_D`` columns of the window
+entry for one token (ratio 4) or for a chunk of up to ``SCAN`` tokens (ratio 128, where
+one token in 128 closes a window): it stores those columns of the tokens' ``[kv | score +
+ape]`` rows (of both halves at ratio 4, where the entry's column ``d`` reads row column
+``head_dim + d`` of the token's own window), and for each of its tokens that closes a
+window it computes the same columns of the entry with the compressor's own code
+(``_window_columns``): the same tiles, loads and reductions, so the same floating-point
+operations in the same order. The one row of the window that this launch writes, the
+closing token's own, it takes from the token's inputs (``kv``, and ``score + ape`` added
+as the store adds it: the same bits) rather than from the cache, so the window's reads
+need not wait for the store and no barrier is needed. The bytes equal store-then-compress
 (``docs/spec/deepseek-v4-compressor.md``) as long as no other token of the batch stores
 a row that a closing token's window reads: true of a decode batch, checked on the CPU.
+
+The tiling (``decode_tiling``) is free where the bits do not depend on it: how many
+column groups and tokens a program takes. What they do depend on, each window tile's
+shape and warps (the layout its reductions follow), is the compressor's, or at ratio 4 one
+that reduces each column's rows in the same order (all of a column's rows in one thread:
+``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks
+that in the compiled code.
 """
 
 from __future__ import annotations
@@ -27,14 +37,15 @@ from jitkern.call_plan import public_call
 from jitkern import kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
-from deepseek_v4.compressor import _window_entry
+from deepseek_v4.compressor import _window_blocks, _window_columns
 from deepseek_v4.save_partial_states import check_save_partial_states
 
 
 @triton.jit(
     # Only the store's reads and writes gain from specialising (vector loads of kv and score);
-    # the table's stride and the entry's row (written by one token in R) get no binaries of their own.
-    do_not_specialize=["block_table_row_stride", "out_row_stride"],
+    # the table's stride, the entry's row (written by one token in R) and the sizes get no
+    # binaries of their own.
+    do_not_specialize=["block_table_row_stride", "out_row_stride", "n_tokens", "n_chunks"],
     do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr", "BlockTable_ptr", "ReqIdx_ptr", "Out_ptr"],
 )
 def _decode_step_kernel(
@@ -54,6 +65,8 @@ def _decode_step_kernel(
     ReqIdx_ptr,
     Out_ptr,
     out_row_stride,
+    n_tokens,
+    n_chunks,
     HEAD_DIM: tl.constexpr,
     STATE_WIDTH: tl.constexpr,
     COMPRESS_RATIO: tl.constexpr,
@@ -61,53 +74,222 @@ def _decode_step_kernel(
     BLOCK_SIZE: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PROGRAM_D: tl.constexpr,
+    SCAN: tl.constexpr,
     USE_GDC: tl.constexpr,
 ):
-    # Program t * GROUPS + g: token t, entry columns d in [g*PROGRAM_D, (g+1)*PROGRAM_D).
+    # Program x * GROUPS + g: entry columns d in [g*PROGRAM_D, (g+1)*PROGRAM_D) of the tokens
+    # x + k * n_chunks, k < SCAN, below n_tokens (token x when SCAN == 1). For each token t:
     # 1. slot[t] >= 0: row = state row of the slot; for each half h (2 at ratio 4, else 1),
     #    c = h*HEAD_DIM + d: row[c] = kv[t, c], row[STATE_WIDTH + c] = score[t, c] + ape[p % R, c].
-    # 2. (p + 1) % R == 0: out[t, d] = the window entry, exactly as _compress_windows_kernel.
+    # 2. (p + 1) % R == 0: out[t, d] = the window entry, exactly as _compress_windows_kernel
+    #    (the same tiles, loads and reductions), except that the window row the store
+    #    writes in this launch (the token's own) comes from the token's inputs, not the cache.
+    # The loads that need nothing come first (positions, slots, requests, kv, score),
+    # then those that need them (ape; the closing token's block table entries), then the
+    # stores, then the window's rows: three dependent rounds to memory for a closing token,
+    # two for the others, and no barrier.
     if USE_GDC:
         # Launched with PDL: wait for the kernel before us; let the next one start its prologue.
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
     HALVES: tl.constexpr = STATE_WIDTH // HEAD_DIM
-    STORE_D: tl.constexpr = PROGRAM_D & -PROGRAM_D  # its largest power-of-two divisor: one step in practice
     if GROUPS == 1:
-        token = tl.program_id(0).to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
+        program = tl.program_id(0)
         col0 = 0
     else:
-        token = (tl.program_id(0) // GROUPS).to(tl.int64)
+        program = tl.program_id(0) // GROUPS
         col0 = (tl.program_id(0) % GROUPS) * PROGRAM_D
-    p = tl.load(Positions_ptr + token).to(tl.int64)
-    slot = tl.load(Slot_ptr + token).to(tl.int64)
-    if slot >= 0:  # padding tokens (slot -1) store nothing
-        row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
+    d = col0 + tl.arange(0, PROGRAM_D)
+    if SCAN == 1:
+        token = program.to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
+        p = tl.load(Positions_ptr + token).to(tl.int64)
+        slot = tl.load(Slot_ptr + token).to(tl.int64)
+        request = tl.load(ReqIdx_ptr + token).to(tl.int64)
+        col_ok = d < HEAD_DIM
+        # kv and score of padding tokens are read too (their rows exist), as the store does.
+        kv0 = tl.load(KV_ptr + token * kv_row_stride + d, mask=col_ok)
+        score0 = tl.load(Score_ptr + token * score_row_stride + d, mask=col_ok)
+        if HALVES == 2:
+            kv1 = tl.load(KV_ptr + token * kv_row_stride + HEAD_DIM + d, mask=col_ok)
+            score1 = tl.load(Score_ptr + token * score_row_stride + HEAD_DIM + d, mask=col_ok)
+        closing = (p + 1) % COMPRESS_RATIO == 0  # like compress_windows, whatever the slot
+        table = BlockTable_ptr + request * block_table_row_stride
+        block_cur, block_prev = _window_blocks(table, p, closing, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
+        write = col_ok & (slot >= 0)  # padding tokens (slot -1) store nothing, read no ape
         ape = Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride
-        for d0 in range(0, PROGRAM_D, STORE_D):
-            d = col0 + d0 + tl.arange(0, STORE_D)
-            mask = d < HEAD_DIM
-            for h in tl.static_range(HALVES):
-                c = h * HEAD_DIM + d
-                tl.store(row + c, tl.load(KV_ptr + token * kv_row_stride + c, mask=mask), mask=mask)
-                score = tl.load(Score_ptr + token * score_row_stride + c, mask=mask)
-                tl.store(row + STATE_WIDTH + c, score + tl.load(ape + c, mask=mask), mask=mask)
-    # Like compress_windows, which never reads slots: a padding token closing a window
-    # still writes its entry.
-    if (p + 1) % COMPRESS_RATIO != 0:
-        return
-    # The window reads this program's own row (the columns it just stored) through other
-    # threads than those that stored them: order the stores before those reads.
-    tl.debug_barrier()
-    table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
-    _window_entry(State_ptr, state_block_stride, state_row_stride, table, Out_ptr + token * out_row_stride, p, col0,
-                  HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
+        ape0 = tl.load(ape + d, mask=write)
+        if HALVES == 2:
+            ape1 = tl.load(ape + HEAD_DIM + d, mask=write)
+        own_row = (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
+        row = State_ptr + own_row
+        tl.store(row + d, kv0, mask=write)
+        tl.store(row + STATE_WIDTH + d, score0 + ape0, mask=write)
+        if HALVES == 2:
+            tl.store(row + HEAD_DIM + d, kv1, mask=write)
+            tl.store(row + STATE_WIDTH + HEAD_DIM + d, score1 + ape1, mask=write)
+        if closing:
+            _window_columns(State_ptr, state_block_stride, state_row_stride, block_cur, block_prev,
+                            Out_ptr + token * out_row_stride, p, col0, tl.where(slot >= 0, own_row, -1),
+                            KV_ptr + token * kv_row_stride, Score_ptr + token * score_row_stride, ape,
+                            HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D, True)
+    else:
+        lanes = tl.arange(0, SCAN)
+        tokens = program.to(tl.int64) + lanes.to(tl.int64) * n_chunks
+        live = tokens < n_tokens  # n_chunks * SCAN >= n_tokens: every token is in a chunk
+        positions = tl.load(Positions_ptr + tokens, mask=live, other=0).to(tl.int64)
+        slots = tl.load(Slot_ptr + tokens, mask=live, other=-1).to(tl.int64)
+        requests = tl.load(ReqIdx_ptr + tokens, mask=live, other=0).to(tl.int64)
+        col_ok = (d < HEAD_DIM)[None, :]
+        read = live[:, None] & col_ok
+        kv_at = KV_ptr + tokens[:, None] * kv_row_stride + d[None, :]
+        score_at = Score_ptr + tokens[:, None] * score_row_stride + d[None, :]
+        kv0 = tl.load(kv_at, mask=read)
+        score0 = tl.load(score_at, mask=read)
+        if HALVES == 2:
+            kv1 = tl.load(kv_at + HEAD_DIM, mask=read)
+            score1 = tl.load(score_at + HEAD_DIM, mask=read)
+        closing = live & ((positions + 1) % COMPRESS_RATIO == 0)
+        # The closing lanes in increasing order (SCAN when none is left); the first one's
+        # block table entries are read with ape, before the stores.
+        lane = tl.min(tl.where(closing, lanes, SCAN), axis=0)
+        pick = lanes == lane
+        p = tl.sum(tl.where(pick, positions, 0), axis=0)
+        request = tl.sum(tl.where(pick, requests, 0), axis=0)
+        block_cur, block_prev = _window_blocks(BlockTable_ptr + request * block_table_row_stride, p, lane < SCAN,
+                                               COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
+        write = (slots >= 0)[:, None] & col_ok
+        ape_at = Ape_ptr + ((positions % COMPRESS_RATIO) * ape_row_stride)[:, None] + d[None, :]
+        ape0 = tl.load(ape_at, mask=write)
+        if HALVES == 2:
+            ape1 = tl.load(ape_at + HEAD_DIM, mask=write)
+        own_rows = (slots // BLOCK_SIZE) * state_block_stride + (slots % BLOCK_SIZE) * state_row_stride
+        rows = State_ptr + own_rows[:, None] + d[None, :]
+        tl.store(rows, kv0, mask=write)
+        tl.store(rows + STATE_WIDTH, score0 + ape0, mask=write)
+        if HALVES == 2:
+            tl.store(rows + HEAD_DIM, kv1, mask=write)
+            tl.store(rows + STATE_WIDTH + HEAD_DIM, score1 + ape1, mask=write)
+        while lane < SCAN:
+            token = program.to(tl.int64) + lane.to(tl.int64) * n_chunks
+            own_slot = tl.sum(tl.where(pick, slots, 0), axis=0)
+            own_row = tl.where(own_slot >= 0, tl.sum(tl.where(pick, own_rows, 0), axis=0), -1)  # -1: padding
+            # The next closing lane's table entries are read while this window's rows are.
+            lane_next = tl.min(tl.where(closing & (lanes > lane), lanes, SCAN), axis=0)
+            pick = lanes == lane_next
+            p_next = tl.sum(tl.where(pick, positions, 0), axis=0)
+            request = tl.sum(tl.where(pick, requests, 0), axis=0)
+            next_cur, next_prev = _window_blocks(BlockTable_ptr + request * block_table_row_stride, p_next,
+                                                 lane_next < SCAN, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
+            _window_columns(State_ptr, state_block_stride, state_row_stride, block_cur, block_prev,
+                            Out_ptr + token * out_row_stride, p, col0, own_row,
+                            KV_ptr + token * kv_row_stride, Score_ptr + token * score_row_stride,
+                            Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride,
+                            HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D, True)
+            lane = lane_next
+            p = p_next
+            block_cur = next_cur
+            block_prev = next_prev
+
+
+# Ratio 128: a program takes up to SCAN tokens, as few as still leave this many programs
+# (chunks x column groups); see _chunk.
+_MIN_PROGRAMS = 512
+
+
+@dataclass(frozen=True)
+class DecodeTiling:
+    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
+
+    scan: int  # tokens a program can take (1: a program per token); the host picks how many it does
+    block_d: int  # columns per step of a window tile (rows x block_d): fixes the reductions' order
+    program_d: int  # entry columns per program (a multiple of block_d): cdiv(head_dim, program_d) groups
+    num_warps: int
+
+
+def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
+    """The shipped tiling of the fused step.
+
+    The window tiles are the compressor's (``_tiling``) or reduce as they do. At ratio 128:
+    32-column steps with 4 warps, which fixes how each column's 128 rows are summed; each
+    program takes one 32-column group and a chunk of up to 32 tokens, so a closing token's
+    window (128 rows) is read by ``head_dim / 32`` programs at once instead of by programs
+    walking 128 columns in 4 steps. At ratio 4 a window has 8 rows, and the compressor's
+    tile of a head of 512 (512 columns, 4 warps) has all of a column's rows in one thread
+    on NVIDIA and spreads them over 2 warps on AMD; 256 columns with 2 warps does the same
+    on both, so a head of 512 takes two programs a token, as the store splits its rows.
+    ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks the layouts in the compiled
+    code, for cuda:90 and hip:gfx942.
+    """
+    compressor = _tiling(compress_ratio, head_dim)
+    if LAYOUTS[compress_ratio].overlap:
+        block_d, num_warps = compressor.block_d, compressor.num_warps
+        if block_d > 256 and block_d == 128 * num_warps:
+            block_d, num_warps = 256, 2
+        return DecodeTiling(scan=1, block_d=block_d, program_d=block_d, num_warps=num_warps)
+    return DecodeTiling(scan=32, block_d=compressor.block_d, program_d=compressor.block_d,
+                        num_warps=compressor.num_warps)
+
+
+def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: DecodeTiling) -> None:
+    """A ``ValueError`` for a tiling whose entries might not have the compressor's bits on
+    NVIDIA: the window tiles must reduce as the compressor's do (see ``decode_tiling``),
+    and ``scan`` must stay below the ratio, so that the store's ``[scan, program_d]`` tile
+    never has a window tile's shape (Triton lays out loads of one shape alike, which could
+    change the window tiles' layout). The compiled layouts test has the last word."""
+    compressor = _tiling(compress_ratio, head_dim)
+    same = (tiling.block_d, tiling.num_warps) == (compressor.block_d, compressor.num_warps)
+    rows_in_thread = (LAYOUTS[compress_ratio].overlap and tiling.block_d >= 128 * tiling.num_warps
+                      and compressor.block_d >= 128 * compressor.num_warps)
+    if not (same or rows_in_thread):
+        raise ValueError(f"tiling {tiling}: its window tiles would not sum each column's rows as the compressor's "
+                         f"(block_d={compressor.block_d}, num_warps={compressor.num_warps}) do")
+    if tiling.program_d % tiling.block_d or tiling.block_d & (tiling.block_d - 1) or tiling.scan & (tiling.scan - 1):
+        raise ValueError(f"tiling {tiling}: program_d must be a multiple of block_d, both and scan powers of two")
+    if tiling.scan >= compress_ratio:
+        raise ValueError(f"tiling {tiling}: scan must be below the ratio {compress_ratio}")
+
+
+def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: int | None = None) -> int:
+    """Tokens per program: the largest power of two <= ``scan`` leaving ``min_programs``
+    (default ``_MIN_PROGRAMS``) programs, or 1. Host arithmetic on the shape only (no
+    sync, graph-capturable)."""
+    min_programs = _MIN_PROGRAMS if min_programs is None else min_programs
+    chunk = 1
+    column_groups = triton.cdiv(head_dim, program_d)
+    while chunk < scan and triton.cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
+        chunk *= 2
+    return chunk
+
+
+def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
+    """One axis: (chunk, column group) pairs, the groups of a chunk next to each other."""
+    return (n_chunks * triton.cdiv(head_dim, program_d),)
+
+
+def sweep_launch(kernel: "DecodeStepKernel", inputs: dict, tiling: DecodeTiling | None = None, *,
+                 chunk: int | None = None, min_programs: int | None = None) -> None:
+    """Launch ``inputs`` (``__call__``'s arguments) with another tiling, ``chunk`` tokens a
+    program (at most ``tiling.scan``) or the chunk ``min_programs`` picks: benchmark sweeps
+    and their tests only. The variant is no warmup key and compiles on first use."""
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
+    head_dim, tokens = kwargs["HEAD_DIM"], kwargs["n_tokens"]
+    if tiling is not None:
+        check_decode_tiling(kwargs["COMPRESS_RATIO"], head_dim, tiling)
+        kwargs.update(SCAN=tiling.scan, BLOCK_D=tiling.block_d, PROGRAM_D=tiling.program_d,
+                      num_warps=tiling.num_warps)
+    scan = kwargs["SCAN"]
+    if chunk is None:
+        chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
+    if not 1 <= chunk <= scan:
+        raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
+    kwargs["n_chunks"] = triton.cdiv(tokens, chunk)
+    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 
 class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
     name = "deepseek_v4.decode_step"
-    compile_cost = 0.25  # seconds a key on our CPU machine (0.23 measured)
+    compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
     kernel = _decode_step_kernel
 
     @dataclass(frozen=True)
@@ -121,7 +303,8 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         slot_mapping_dtype: str
         req_indices_dtype: str
         launch_pdl: bool
-        # the compressor's tiling (its scan is not used: a program per token)
+        # the tiling (decode_tiling): constexprs and launch option of the binary
+        scan: int
         block_d: int
         program_d: int
         num_warps: int
@@ -139,7 +322,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         req_indices_dtype: torch.dtype,
         launch_pdl: bool = False,
     ) -> CompileKey:
-        tiling = _tiling(compress_ratio, head_dim)  # the compressor's: the same bits
+        tiling = decode_tiling(compress_ratio, head_dim)
         return self.CompileKey(
             compress_ratio=compress_ratio,
             head_dim=head_dim,
@@ -150,6 +333,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             slot_mapping_dtype=dtype_name(slot_mapping_dtype),
             req_indices_dtype=dtype_name(req_indices_dtype),
             launch_pdl=launch_pdl,
+            scan=tiling.scan,
             block_d=tiling.block_d,
             program_d=tiling.program_d,
             num_warps=tiling.num_warps,
@@ -214,6 +398,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             BLOCK_SIZE=key.block_size,
             BLOCK_D=key.block_d,
             PROGRAM_D=key.program_d,
+            SCAN=key.scan,
             USE_GDC=use_gdc(key.launch_pdl),
             num_warps=key.num_warps,
             launch_pdl=key.launch_pdl,
@@ -236,7 +421,8 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         block_size: int,
         launch_pdl: bool = False,
     ) -> LaunchSpec:
-        """A program per (token, column group). No checks here: it also runs on warmup stand-ins."""
+        """A program per (token chunk, column group); at ratio 4 a chunk is a token. No checks
+        here: it also runs on warmup stand-ins."""
         key = self.dispatch(
             compress_ratio=compress_ratio,
             head_dim=head_dim,
@@ -248,8 +434,10 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             req_indices_dtype=req_indices.dtype,
             launch_pdl=launch_pdl,
         )
+        tokens = positions.shape[0]
+        n_chunks = triton.cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d))
         return LaunchSpec(
-            grid=(positions.shape[0] * triton.cdiv(head_dim, key.program_d),),
+            grid=_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(
                 KV_ptr=kv,
                 kv_row_stride=kv.stride(0),
@@ -267,6 +455,8 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
                 ReqIdx_ptr=req_indices,
                 Out_ptr=out,
                 out_row_stride=out.stride(0),
+                n_tokens=tokens,
+                n_chunks=n_chunks,
             ),
             key=key,
             result=out,

@@ -7,10 +7,16 @@ blocks are shuffled, and padding tokens (slot -1) in between. The cache and ``ou
 poisoned with NaN first. The fused launch must leave every byte of both backing tensors
 as the two launches leave them on a copy; the store must equal the reference bit for bit,
 and the entries the float64 reference to ``REL_TOL``.
+
+Under the interpreter every store of a launch lands only when the launch ends (the
+``stores_land_when_the_launch_ends`` fixture): no read in a launch sees what the launch
+wrote, the most a GPU may hide. The fused step must not need its own stores: a window
+that read its closing token's row back from the cache would read the poison.
 """
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -19,9 +25,39 @@ from dsv4_helpers import assert_rel_close, on_cpu, poison, projection_views, sam
 
 from deepseek_v4 import DecodeStepKernel, compress_windows, decode_step, save_partial_states
 from deepseek_v4.common import LAYOUTS
+from deepseek_v4.decode_step import sweep_launch
 from deepseek_v4.reference import compress_windows_ref, save_partial_states_ref
 from jitkern import TritonJitKernel
 from jitkern.testing import record_launches
+
+
+@pytest.fixture(autouse=True)
+def stores_land_when_the_launch_ends(monkeypatch):
+    """Interpreter only: each ``tl.store`` is queued and written after the launch's last
+    program (a GPU launch orders nothing between a store and another thread's read)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from triton.runtime import interpreter
+
+    queued = []
+    store = interpreter._interpreter.store
+    launch = interpreter.GridExecutor.__call__
+
+    def queue(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        queued.append((ptrs.data.copy(), value.data.copy(), mask.data.copy()))
+
+    def launch_then_store(self, *args, **kwargs):
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            for ptrs, value, mask in queued:
+                store(ptrs, value, mask)
+            queued.clear()
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_store", queue)
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", launch_then_store)
+    yield
 
 
 def _position(ratio: int, closing: bool, most: int) -> int:
@@ -100,13 +136,19 @@ def two_launches(args) -> None:
                      pdl_kwargs=args.get("pdl_kwargs"), max_position=args.get("max_position"))
 
 
-def check_against_two_launches_and_reference(args, backing) -> None:
+def check_against_two_launches(args, backing, fused=None) -> None:
+    """``fused(args)`` (default: ``decode_step``) leaves every byte of the backing tensors
+    as the store then the compressor leave them on a copy."""
     two, two_backing = on_copies(args, backing)
-    ref, ref_backing = on_copies(args, backing)
     two_launches(two)
-    decode_step(**args)
+    (fused or (lambda a: decode_step(**a)))(args)
     assert same_bits(backing["state_cache"], two_backing["state_cache"]), "cache bytes differ from the two launches"
     assert same_bits(backing["out"], two_backing["out"]), "out bytes differ from the two launches"
+
+
+def check_against_two_launches_and_reference(args, backing, fused=None) -> None:
+    ref, ref_backing = on_copies(args, backing)
+    check_against_two_launches(args, backing, fused)
 
     save_partial_states_ref(*(ref[n] for n in ("kv", "score", "ape", "positions", "state_cache", "slot_mapping",
                                                "block_size", "state_width", "compress_ratio")))
@@ -148,11 +190,116 @@ def test_pdl_runs_under_the_interpreter():
 
 
 def test_one_launch_of_a_program_per_token_and_column_group():
+    """Small batches: a program per token and 32-column group (80 = 32 + 32 + 16 at ratio 128)."""
     args, _ = decode_case(128, 80, requests=5, padding=2)
     with record_launches(dry_run=True) as launches:
         decode_step(**args)
     (kernel, spec), = launches
-    assert kernel.name == "deepseek_v4.decode_step" and spec.grid == (7 * 2,)
+    assert kernel.name == "deepseek_v4.decode_step" and spec.grid == (7 * 3,)
+    assert spec.kwargs["n_chunks"] == 7
+    args, _ = decode_case(4, 20, requests=5, padding=2)
+    with record_launches(dry_run=True) as launches:
+        decode_step(**args)
+    (kernel, spec), = launches
+    assert spec.grid == (7,) and spec.key.scan == 1
+
+
+@pytest.mark.parametrize(
+    "ratio,head_dim,batch,programs",
+    [(128, 512, 1024, 512), (128, 512, 64, 512), (128, 128, 1024, 512), (128, 128, 64, 256), (128, 512, 1, 16),
+     (4, 512, 1024, 2048), (4, 512, 64, 128), (4, 128, 1024, 1024)],
+)
+def test_programs_of_deployment_batches(ratio, head_dim, batch, programs):
+    """Ratio 128 takes chunks of up to 32 tokens, as few as still leave 512 programs (a wave
+    of the H200 at 4 programs an SM); ratio 4 a program per token and 256 columns."""
+    layout = LAYOUTS[ratio]
+    width = layout.state_width(head_dim)
+    index = torch.zeros(batch, dtype=torch.int32)
+    spec = DecodeStepKernel().launch_spec(
+        kv=torch.empty(batch, width), score=torch.empty(batch, width), ape=torch.empty(ratio, width),
+        positions=index, state_cache=torch.empty(1, layout.block_size, 2 * width), slot_mapping=index,
+        block_table=torch.zeros(batch, 8, dtype=torch.int32), req_indices=index, out=torch.empty(batch, head_dim),
+        compress_ratio=ratio, head_dim=head_dim, block_size=layout.block_size)
+    assert spec.grid == (programs,)
+    groups = -(-head_dim // spec.key.program_d)
+    assert spec.kwargs["n_chunks"] * groups == programs and spec.kwargs["n_chunks"] * spec.key.scan >= batch
+
+
+def fused_with(tiling=None, **choices):
+    """The fused launch with another tiling or chunk (``sweep_launch``), as a ``fused`` for
+    ``check_against_two_launches``."""
+    def launch(args):
+        inputs = {k: v for k, v in args.items() if k not in ("state_width", "pdl_kwargs", "max_position")}
+        sweep_launch(DecodeStepKernel(), inputs, tiling, **choices)
+    return launch
+
+
+@pytest.mark.parametrize("chunk", [2, 4, 8, 32])
+@pytest.mark.parametrize("head_dim", [16, 80])
+def test_ratio128_chunks_with_several_window_ends(chunk, head_dim):
+    """A program takes ``chunk`` tokens (every n_chunks-th): about half of them close a
+    window, so most programs handle several windows in turn (each one's table entries read
+    while the previous window is); odd batch sizes leave partial chunks; padding between."""
+    args, backing = decode_case(128, head_dim, requests=random.choice([11, 13, 17]), padding=random.randint(1, 3))
+    check_against_two_launches_and_reference(args, backing, fused_with(chunk=chunk))
+
+
+def test_ratio128_chunks_with_windows_across_blocks():
+    """Block size 5 (off the spec's table): a window's 128 rows start and end mid-block."""
+    args, backing = decode_case(128, 24, block_size=5, requests=9, padding=2, spread=40.0)
+    check_against_two_launches_and_reference(args, backing, fused_with(chunk=8))
+
+
+@pytest.mark.skipif(not on_cpu(), reason="on a GPU, sweep_decode_step.py checks them before timing them "
+                                         "(here each would compile)")
+@pytest.mark.parametrize("ratio,head_dim", [(4, 512), (128, 512), (4, 128), (128, 128)], ids=lambda v: str(v))
+def test_every_sweep_tiling_writes_the_bytes_of_store_then_compress(ratio, head_dim):
+    """What ``benchmarks/device/sweep_decode_step.py`` times, at deployment sizes (the
+    interpreter checks what the tiling moves; the compiled layouts test, how it sums)."""
+    from benchmarks.bench_deepseek_v4 import decode_variants
+
+    for variant in decode_variants(head_dim, ratio):
+        args, backing = decode_case(ratio, head_dim, requests=5, padding=1, most=2 * ratio + 8)
+        check_against_two_launches_and_reference(args, backing, fused_with(**variant))
+
+
+def _fill_row(args, slot: int) -> None:
+    """Random values in the cache row of ``slot`` (which decode_case leaves poisoned when
+    this step's token would store it)."""
+    bs = args["block_size"]
+    args["state_cache"][slot // bs, slot % bs] = torch.randn(args["state_cache"].shape[2])
+
+
+def _slot_of(args, token: int, q: int) -> int:
+    bs = args["block_size"]
+    return int(args["block_table"][int(args["req_indices"][token]), q // bs]) * bs + q % bs
+
+
+@pytest.mark.parametrize("ratio,head_dim", [(4, 8), (4, 20), (128, 16), (128, 80)], ids=lambda v: str(v))
+@pytest.mark.parametrize("where", ["elsewhere", "earlier row", "earlier window"])
+def test_a_slot_that_is_not_the_tokens_table_row(ratio, head_dim, where):
+    """The fused step takes the row the token stores from its inputs wherever its window
+    reads that row, and reads the cache elsewhere: a closing token whose slot is not the
+    table's row for its position (``elsewhere``: an unused slot, so the window reads the
+    cache's row; ``earlier row``: the slot of an earlier row of its window, which the
+    compressor then reads as the token's values; at ratio 4 also a row of the previous
+    window, read through the first halves) gives the bytes of the two launches."""
+    if where == "earlier window" and ratio != 4:
+        pytest.skip("only ratio 4 windows read the previous window")
+    args, backing = decode_case(ratio, head_dim, requests=7, padding=0)  # no other token reads these rows
+    token = next(t for t in range(len(args["positions"])) if int(args["slot_mapping"][t]) >= 0
+                 and (int(args["positions"][t]) + 1) % ratio == 0 and int(args["positions"][t]) >= 2 * ratio - 1)
+    p = int(args["positions"][token])
+    _fill_row(args, _slot_of(args, token, p))  # now read from the cache, where the token does not store
+    if where == "elsewhere":
+        unused = set(range(args["state_cache"].shape[0])) - set(args["block_table"].flatten().tolist())
+        slot = min(unused) * args["block_size"] + args["block_size"] - 1  # decode_case leaves 3 blocks unused
+    else:
+        slot = _slot_of(args, token, p - 1 if where == "earlier row" else p - ratio - 1)
+    args["slot_mapping"][token] = slot
+    check_against_two_launches(args, backing)
+    if ratio == 128:
+        check_against_two_launches(*on_copies(args, backing), fused_with(chunk=4))
 
 
 def test_zero_tokens_launch_nothing(monkeypatch):
@@ -251,3 +398,18 @@ def test_warmup_keys_follow_the_spec_table():
         assert {binary.layout for binary in binaries} == {""}  # the table's row stride is not specialised
         for binary in binaries:
             kernel.compile(binary)  # under the interpreter: checks the stand-ins dispatch to the key
+
+
+@HOST_VALUES
+@pytest.mark.parametrize("ratio,head_dim", [(4, 8), (128, 16)], ids=lambda v: str(v))
+def test_the_device_sweep_runs_on_the_cpu(monkeypatch, capsys, ratio, head_dim):
+    """``benchmarks/device/sweep_decode_step.py`` end to end, its inputs on the CPU and its
+    timer replaced by one call: the byte checks of every variant pass, the table prints."""
+    from benchmarks import bench_deepseek_v4
+    from benchmarks.device import sweep_decode_step
+
+    monkeypatch.setattr(bench_deepseek_v4, "DEVICE", "cpu")
+    monkeypatch.setattr(bench_deepseek_v4, "MAX_SETS", 2)
+    monkeypatch.setattr(sweep_decode_step, "gpu_us", lambda fn: fn() or 1.0)
+    (line, _), = sweep_decode_step.sweep(9, head_dim, ratio)
+    assert "default" in capsys.readouterr().out and f"r{ratio}" in line

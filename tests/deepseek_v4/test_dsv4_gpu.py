@@ -75,8 +75,9 @@ def test_pdl_is_launched_only_where_the_target_has_it():
 def test_fused_decode_step_writes_the_bytes_of_store_then_compress(ratio, head_dim, batch, pdl):
     """Compiled, on CUDA: every byte of the cache and of ``out`` (poisoned with NaN) as
     ``save_partial_states`` then ``compress_windows`` leave them on a copy. Half the
-    tokens close a window (far more than one in ``ratio``: each reads its own row, just
-    stored by other threads of its program, after the barrier), a few are padding."""
+    tokens close a window (far more than one in ``ratio``: each window holds the row its
+    token stores in this launch, which the fused step takes from the token's inputs, and
+    at ratio 128 a program takes several closing tokens in turn), a few are padding."""
     from deepseek_v4 import decode_step
 
     args, backing = decode_case(ratio, head_dim, requests=batch, padding=batch // 16, most=64 if ratio == 4 else None)
