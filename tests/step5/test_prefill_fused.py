@@ -277,3 +277,45 @@ def test_the_two_launches_in_a_cuda_graph_replay_what_they_do_eagerly():
         torch.cuda.synchronize()
         assert torch.equal(static["mean"], fresh["mean"])
         assert torch.equal(static["ring"].view(I16), fresh["ring"].view(I16))
+
+
+# --- num_warps (spec: "Why the Step5 kernels use one warp"): the barrier and the fp8 path -------
+
+
+@pytest.mark.compiled
+def test_the_single_launch_converts_to_fp8_right_at_any_num_warps(triton_cache):
+    """Compiled for cuda:90 with PDL: no fp8 pair merges its upper half from elsewhere, the
+    hardware conversion wherever ptxas gets it right, and the grid dependency waited on."""
+    from step5_testing import foreign_fp8_merges
+    from test_warps import WARPS, compile_with_warps, sass_of
+
+    kernel = prefill_fused.PrefillUpdateKernel()
+    (key,) = kernel.get_warmup_keys(block_size=64, ring_capacity=8, launch_pdl=[True])
+    for warps in WARPS:
+        binary = compile_with_warps(kernel, key, warps)
+        sass = sass_of(binary)
+        assert not foreign_fp8_merges(sass), f"{warps} warps"
+        assert ("F2FP.SATFINITE.E4M3" in sass) == (warps != 4), f"{warps} warps"
+        assert "griddepcontrol.wait" in binary.asm["ptx"] and binary.metadata.launch_pdl
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_the_single_launch_writes_the_same_bytes_at_any_num_warps(num_warps):
+    """With several warps the threads that store a request's rows are not the ones that read
+    them: the barrier orders them. The bytes of the shipped 1-warp kernel, at any warps."""
+    from step5_testing import launch_with_warps
+
+    i = _one_long_chunk(8192)
+    groups = build_prefill_groups(i["slots"], i["positions"], i["owners"], i["starts"])
+    kernel = prefill_fused.PrefillUpdateKernel()
+    written = {}
+    for warps in (1, num_warps):
+        mean, ring = i["mean"].clone(), i["ring"].clone()
+        spec = kernel.launch_spec(i["key"], i["z"], groups, i["positions"], i["base"], i["ring_slots"], mean, ring,
+                                  i["capacity"], prefill_fused.launch_pdl(mean.device))
+        launch_with_warps(kernel, spec, warps)
+        written[warps] = (mean, ring)
+    torch.cuda.synchronize()
+    (one, one_ring), (many, many_ring) = written[1], written[num_warps]
+    assert torch.equal(one, many) and torch.equal(one_ring.view(I16), many_ring.view(I16))
