@@ -347,7 +347,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     Assumes each request's tokens in the step are contiguous, in request order, with
     consecutive positions (chunked prefill), and KV slots below 2**31.
 
-    Steps that ``update_prefill`` takes in one launch (``prefill_fused.single_launch``:
+    Steps that ``update_prefill`` takes in one launch (``prefill_fused.two_launches``:
     at least 256 tokens, at most 33 requests) get the same rows from one kernel that
     writes every row (no fill), and request rows ``[first, end, request's first token]``.
     """
@@ -364,7 +364,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     requests = query_start_loc.shape[0] - 1
     from step5.ops import prefill_fused  # (imported here: an import above would move the kernels' lines)
 
-    if prefill_fused.single_launch(tokens, requests):  # every row written by the kernel: no fill launch
+    if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
         groups = torch.empty((tokens // 8 + 2 * requests, GROUP_COLUMNS), dtype=torch.int32, device=slots.device)
         return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
                                                              prefill_fused.launch_pdl(slots.device))
@@ -381,7 +381,7 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     Two launches on one stream: every ring read of the step (summaries) precedes its
     writes (``ring_slots``), so a long chunk cannot overwrite rows it still has to read.
     The write is one small program per request (its last <= 7 tokens, from the metadata),
-    not a scan of every token's ``ring_slots``. Steps of ``prefill_fused.single_launch``
+    not a scan of every token's ``ring_slots``. Steps of ``prefill_fused.two_launches``
     (decided from shapes) take one launch instead, where the one summary that reads a
     request's ring rows stores that request's rows after its reads (spec, "Prefill in two
     launches"); the bytes are the same.
@@ -401,7 +401,7 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     n_groups, requests = prefill_metadata_layout(tokens, metadata.shape[0])
     from step5.ops import prefill_fused
 
-    if prefill_fused.single_launch(tokens, requests):
+    if prefill_fused.two_launches(tokens, requests):
         prefill_fused.PrefillUpdateKernel()(key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity,
                                             prefill_fused.launch_pdl(key.device))
         return

@@ -19,7 +19,7 @@ Both are launched with programmatic dependent launch (PDL) where the GPU has it 
 each waits for the kernel before it (``griddepcontrol.wait``) before touching memory, and
 lets the next one be launched at once, so the second launch's latency hides behind the
 first. ``update_prefill`` and ``build_prefill_groups`` take this path on their own
-(``single_launch``); the decision reads only shapes.
+(``two_launches``); the decision reads only shapes.
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ from step5.ops._validate import SIZE_LIMIT
 _ROWS = 32  # group rows (and request rows) per program of the filled build: its 256 tokens
 _HALO = 256  # tokens before a program's own that may land in its rows: 8 * (requests - 1)
 MAX_REQUESTS = 1 + _HALO // 8  # 33: the most requests the filled build takes
-MIN_TOKENS = 256  # steps below this keep the three launches (see ``single_launch``)
+MIN_TOKENS = 256  # steps below this keep the three launches (see ``two_launches``)
 LAUNCH_PDL = True  # launch both kernels with PDL where the GPU has it (False: plain launches, to compare)
 _PREFILL_MAXNREG = 128  # as the summary kernel's (step5.ops.prefill._PREFILL_MAXNREG)
 
 
-def single_launch(tokens: int, requests: int) -> bool:
+def two_launches(tokens: int, requests: int) -> bool:
     """Whether a step of ``tokens`` tokens and ``requests`` requests takes this path: the
-    filled build, then one launch of summaries and ring writes. From shapes only.
+    filled build, then a single launch of summaries and ring writes. From shapes only.
 
     The filled build needs at most ``MAX_REQUESTS`` requests (a program scans 8 tokens
     before its own per request after the first). Steps below ``MIN_TOKENS`` tokens, the
@@ -104,8 +104,8 @@ def _build_prefill_groups_filled_kernel(
     # e = qsl[r + 1]) when token s is of request r; every other row is -1. Program j owns
     # group rows and request rows ROWS*j .. ROWS*j + ROWS - 1: it writes -1 to all of them,
     # then (after a barrier, so the entries land last) the entries of the closing tokens
-    # whose row is one of them. Those are among its own 8*ROWS tokens and the 8*(r_max)
-    # before (r <= requests - 1 <= HALO / 8), since g >= i // 8 and g - i // 8 = r.
+    # whose row is one of them. Those are among its own 8*ROWS tokens and the
+    # 8 * (requests - 1) <= HALO before them, since g - i // 8 = r <= requests - 1.
     if USE_GDC:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -227,18 +227,18 @@ def _open_rows(Key, Z, RingSlots, lo, hi, active, key_stride0, key_stride2, z_st
     ``_write_ring_kernel`` loads them."""
     tokens = lo.to(tl.int64) + tl.arange(0, 8)
     present = active & (tokens < hi)
-    targets = tl.load(RingSlots + tokens, mask=present, other=-1).to(tl.int64)
+    destinations = tl.load(RingSlots + tokens, mask=present, other=-1).to(tl.int64)
     dim = tl.arange(0, 256)[None, :]
     key_ptr, z_ptr = _row_pointers(Key, Z, tokens[:, None], dim, key_stride0, key_stride2, z_stride0, z_stride2)
-    return targets, tl.load(key_ptr, mask=present[:, None]), tl.load(z_ptr, mask=present[:, None])
+    return destinations, tl.load(key_ptr, mask=present[:, None]), tl.load(z_ptr, mask=present[:, None])
 
 
 @triton.jit
-def _store_open_rows(Ring, targets, key, z):
-    """ring[targets[i]] = [key[i] | z[i]] where targets[i] >= 0."""
-    keep = (targets >= 0)[:, None]
+def _store_open_rows(Ring, destinations, key, z):
+    """ring[destinations[i]] = [key[i] | z[i]] where destinations[i] >= 0."""
+    keep = (destinations >= 0)[:, None]
     dim = tl.arange(0, 256)[None, :]
-    row = Ring + targets[:, None] * 512
+    row = Ring + destinations[:, None] * 512
     tl.store(row + dim, key, mask=keep)
     tl.store(row + 256 + dim, z, mask=keep)
 
@@ -289,9 +289,9 @@ def _prefill_update_kernel(
         reader_tokens = tl.load(Groups + readers * 3, mask=listed, other=-1).to(tl.int64)
         reader_ring_rows = tl.load(Groups + readers * 3 + 2, mask=listed, other=0)
         read = _reads_the_ring(readers, reader_tokens, reader_ring_rows, program, start, n_groups)
-        open_targets, open_key, open_z = _open_rows(Key, Z, RingSlots, lo, hi, has_rows, *strides)
+        open_destinations, open_key, open_z = _open_rows(Key, Z, RingSlots, lo, hi, has_rows, *strides)
         if has_rows & (tl.reduce(read.to(tl.int32), 0, _max_combine) == 0):
-            _store_open_rows(Ring, open_targets, open_key, open_z)
+            _store_open_rows(Ring, open_destinations, open_key, open_z)
     else:
         group_id = program - n_requests
         group = Groups + group_id * 3
@@ -318,7 +318,7 @@ def _prefill_update_kernel(
             start = tl.load(request_row + 2).to(tl.int64)
             stores = ((request >= 0) & (request < n_requests) & (lo >= 0) & (hi > lo)
                       & _reads_the_ring(group_id, token, ring_rows, request, start, n_groups))
-            targets, key, z = _open_rows(Key, Z, RingSlots, lo, hi, stores, *strides)  # alongside the region's
+            destinations, key, z = _open_rows(Key, Z, RingSlots, lo, hi, stores, *strides)  # alongside the region's
             if base >= 0:
                 first = (position - 7) % RING_CAPACITY  # p % 8 == 7, so p >= 7
                 rows = ()  # (key, z) of positions p-7 .. p
@@ -330,7 +330,7 @@ def _prefill_update_kernel(
                 _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)
             if stores:
                 tl.debug_barrier()  # every ring read of this program (all threads) before the writes
-                _store_open_rows(Ring, targets, key, z)
+                _store_open_rows(Ring, destinations, key, z)
 
 
 class PrefillUpdateKernel(TritonJitKernel["PrefillUpdateKernel.CompileKey"]):

@@ -51,10 +51,10 @@ def three_launches():
 
 
 def test_which_steps_take_two_launches():
-    assert prefill_fused.single_launch(256, 1) and prefill_fused.single_launch(8192, 33)
-    assert not prefill_fused.single_launch(255, 1)  # small mixed batches keep the three launches
-    assert not prefill_fused.single_launch(8192, 34)  # more requests than the filled build scans for
-    assert not prefill_fused.single_launch(300, 0)
+    assert prefill_fused.two_launches(256, 1) and prefill_fused.two_launches(8192, 33)
+    assert not prefill_fused.two_launches(255, 1)  # small mixed batches keep the three launches
+    assert not prefill_fused.two_launches(8192, 34)  # more requests than the filled build scans for
+    assert not prefill_fused.two_launches(300, 0)
 
 
 # --- the filled build ----------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_the_two_launches_in_a_cuda_graph_replay_what_they_do_eagerly():
 
 
 @pytest.mark.compiled
-def test_the_single_launch_converts_to_fp8_right_at_any_num_warps(triton_cache):
+def test_the_two_launches_converts_to_fp8_right_at_any_num_warps(triton_cache):
     """Compiled for cuda:90 with PDL: no fp8 pair merges its upper half from elsewhere, the
     hardware conversion wherever ptxas gets it right, and the grid dependency waited on."""
     from step5_testing import foreign_fp8_merges
@@ -301,7 +301,7 @@ def test_the_single_launch_converts_to_fp8_right_at_any_num_warps(triton_cache):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
-def test_the_single_launch_writes_the_same_bytes_at_any_num_warps(num_warps):
+def test_the_two_launches_writes_the_same_bytes_at_any_num_warps(num_warps):
     """With several warps the threads that store a request's rows are not the ones that read
     them: the barrier orders them. The bytes of the shipped 1-warp kernel, at any warps."""
     from step5_testing import launch_with_warps
