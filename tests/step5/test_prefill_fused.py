@@ -283,7 +283,7 @@ def test_the_two_launches_in_a_cuda_graph_replay_what_they_do_eagerly():
 
 
 @pytest.mark.compiled
-def test_the_two_launches_converts_to_fp8_right_at_any_num_warps(triton_cache):
+def test_the_update_in_one_launch_converts_to_fp8_right_at_any_num_warps(triton_cache):
     """Compiled for cuda:90 with PDL: no fp8 pair merges its upper half from elsewhere, the
     hardware conversion wherever ptxas gets it right, and the grid dependency waited on."""
     from step5_testing import foreign_fp8_merges
@@ -301,7 +301,7 @@ def test_the_two_launches_converts_to_fp8_right_at_any_num_warps(triton_cache):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
-def test_the_two_launches_writes_the_same_bytes_at_any_num_warps(num_warps):
+def test_the_update_in_one_launch_writes_the_same_bytes_at_any_num_warps(num_warps):
     """With several warps the threads that store a request's rows are not the ones that read
     them: the barrier orders them. The bytes of the shipped 1-warp kernel, at any warps."""
     from step5_testing import launch_with_warps
