@@ -1,7 +1,7 @@
 """Small, realistic calls of every shipped kernel, for launch-cost benchmarks and checks.
 
 ``public_calls(device)`` lists a call of each public function with deployment-shaped
-inputs (batch 64 decode and verify, a 300-token prefill chunk), which ``drive_all``
+inputs (batch 64 decode and verify, prefill chunks of 200 and 300 tokens), which ``drive_all``
 makes; ``decode_step`` builds one decode step of every package for CUDA-graph timing.
 """
 
@@ -47,7 +47,8 @@ def step5_decode(device: str):
 
 
 def step5_calls(device: str) -> list:
-    """(public function, arguments) of decode, verify and a prefill chunk at batch 64."""
+    """(public function, arguments) of decode and verify at batch 64, and two prefill chunks:
+    200 tokens (three launches) and 300 (two: ``step5.ops.prefill_fused``)."""
     calls = [(step5_ops.update_decode, step5_decode(device))]
 
     ring, mean = _step5_state(device)
@@ -61,20 +62,20 @@ def step5_calls(device: str) -> list:
     calls.append((step5_ops.update_verify, (key, z, slots, query_start_loc, seq_lens.to(device),
                                             ring.metadata().base[:BATCH * q], mean, ring.rows, ring.capacity)))
 
-    ring, mean = _step5_state(device)
-    chunk = 300
-    ring.prepare([0], [0], [chunk])
-    positions = torch.arange(chunk, device=device)
-    slots = positions.clone()
-    owners = torch.zeros(chunk, dtype=torch.int32, device=device)
-    query_start_loc = torch.tensor([0, chunk], dtype=torch.int32, device=device)
-    group_args = (slots, positions, owners, query_start_loc)
-    metadata = step5_ops.build_prefill_groups(*group_args)
-    key, z = _rows(chunk, device)
-    ring_metadata = ring.metadata()
-    calls.append((step5_ops.build_prefill_groups, group_args))
-    calls.append((step5_ops.update_prefill, (key, z, metadata, positions, ring_metadata.base[:chunk],
-                                             ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)))
+    for chunk in (200, 300):  # three launches below 256 tokens, two from there (step5.ops.prefill_fused)
+        ring, mean = _step5_state(device)
+        ring.prepare([0], [0], [chunk])
+        positions = torch.arange(chunk, device=device)
+        slots = positions.clone()
+        owners = torch.zeros(chunk, dtype=torch.int32, device=device)
+        query_start_loc = torch.tensor([0, chunk], dtype=torch.int32, device=device)
+        group_args = (slots, positions, owners, query_start_loc)
+        metadata = step5_ops.build_prefill_groups(*group_args)
+        key, z = _rows(chunk, device)
+        ring_metadata = ring.metadata()
+        calls.append((step5_ops.build_prefill_groups, group_args))
+        calls.append((step5_ops.update_prefill, (key, z, metadata, positions, ring_metadata.base[:chunk],
+                                                 ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)))
     return calls
 
 

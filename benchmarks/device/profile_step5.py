@@ -1,4 +1,5 @@
-"""Per-kernel GPU time of the Step5 prefill (256K tokens) and decode (batch 1024), with
+"""Per-kernel GPU time of the Step5 prefill (8K and 256K tokens: the two launches of
+``step5.ops.prefill_fused``) and decode (batch 1024), with
 ``num_warps`` variants (and ``maxnreg`` variants of the two summary kernels), to see where
 the time goes. Bypasses the keys on purpose."""
 
@@ -25,7 +26,8 @@ def capture_timer(fn, graph=True):
     return 1.0
 
 
-for label, bench in (("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
+for label, bench in (("prefill 8K", lambda t: bench_prefill(8 * 1024, t, device)),
+                     ("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
                      ("decode 1024", lambda t: bench_decode(1024, t, device))):
     captured.clear()
     try:
@@ -35,7 +37,7 @@ for label, bench in (("prefill 256K", lambda t: bench_prefill(256 * 1024, t, dev
     for kernel, spec in captured["launches"]:
         launch_kwargs = kernel.triton_kwargs(spec)
         register_caps = [launch_kwargs.get("maxnreg")]
-        if kernel.name in ("step5.prefill_summary", "step5.update_decode"):
+        if kernel.name in ("step5.prefill_summary", "step5.prefill_update", "step5.update_decode"):
             register_caps += [cap for cap in (None, 96, 128, 168, 200, 255) if cap != register_caps[0]]
         for warps in (1, 2, 4, 8):
             for cap in register_caps if warps == 1 else register_caps[:1]:

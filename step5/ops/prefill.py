@@ -343,9 +343,13 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     Returns int32 ``[tokens // 8 + 2 * requests, 3]``: ``tokens // 8 + requests`` group rows
     ``[closing token, KV slot, rows from the ring]``, then one row per request ``[first,
     end, 0]`` naming its last (at most 7) tokens, the only ones whose rows the ring may
-    store; ``-1`` rows unused. Pass it to ``update_prefill`` unchanged. Assumes each
-    request's tokens in the step are contiguous, in request order, with consecutive
-    positions (chunked prefill), and KV slots below 2**31.
+    store; ``-1`` rows unused. Pass it to ``update_prefill`` of the same step unchanged.
+    Assumes each request's tokens in the step are contiguous, in request order, with
+    consecutive positions (chunked prefill), and KV slots below 2**31.
+
+    Steps that ``update_prefill`` takes in one launch (``prefill_fused.two_launches``:
+    at least 256 tokens, at most 33 requests) get the same rows from one kernel that
+    writes every row (no fill), and request rows ``[first, end, request's first token]``.
     """
     if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
@@ -358,6 +362,12 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
     check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
     requests = query_start_loc.shape[0] - 1
+    from step5.ops import prefill_fused  # (imported here: an import above would move the kernels' lines)
+
+    if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
+        groups = torch.empty((tokens // 8 + 2 * requests, GROUP_COLUMNS), dtype=torch.int32, device=slots.device)
+        return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
+                                                             prefill_fused.launch_pdl(slots.device))
     groups = torch.full((tokens // 8 + 2 * requests, GROUP_COLUMNS), -1, dtype=torch.int32, device=slots.device)
     if tokens:
         BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
@@ -371,7 +381,10 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     Two launches on one stream: every ring read of the step (summaries) precedes its
     writes (``ring_slots``), so a long chunk cannot overwrite rows it still has to read.
     The write is one small program per request (its last <= 7 tokens, from the metadata),
-    not a scan of every token's ``ring_slots``.
+    not a scan of every token's ``ring_slots``. Steps of ``prefill_fused.two_launches``
+    (decided from shapes) take one launch instead, where the one summary that reads a
+    request's ring rows stores that request's rows after its reads (spec, "Prefill in two
+    launches"); the bytes are the same.
     """
     tokens = check_rows(key, z)
     if not isinstance(metadata, torch.Tensor) or metadata.dtype != torch.int32 or metadata.dim() != 2 \
@@ -386,6 +399,12 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,
                       ring_slots=ring_slots, mean=mean, ring=ring)
     n_groups, requests = prefill_metadata_layout(tokens, metadata.shape[0])
+    from step5.ops import prefill_fused
+
+    if prefill_fused.two_launches(tokens, requests):
+        prefill_fused.PrefillUpdateKernel()(key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity,
+                                            prefill_fused.launch_pdl(key.device))
+        return
     if tokens and n_groups:
         PrefillSummaryKernel()(key, z, metadata, positions, ring_base, mean, ring, capacity)
     if tokens and requests:

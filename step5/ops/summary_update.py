@@ -12,11 +12,12 @@ classes right below them, and the public functions, which validate their argumen
 - ``step5.ops.decode``: one program per token (one token per request).
 - ``step5.ops.prefill``: ``build_prefill_groups`` lists the step's closing tokens on the
   device, then ``update_prefill`` summarizes one region per program and stores open-region
-  rows.
+  rows. Steps of at least 256 tokens take ``step5.ops.prefill_fused``: a build that writes
+  every row itself, then summaries and ring writes in one launch.
 - ``step5.ops.verify``: one program per request, its ``q`` tokens in position order.
 
 Shared pieces: ``step5.ops._rows`` (host side) and ``step5.ops._summary_math`` (Triton).
-This module gathers the public names; importing it registers all five kernels, so
+This module gathers the public names; importing it registers all seven kernels, so
 manifests name it.
 """
 
@@ -34,12 +35,20 @@ from step5.ops.prefill import (
     prefill_metadata_layout,
     update_prefill,
 )
+from step5.ops.prefill_fused import (
+    BuildFilledPrefillGroupsKernel,
+    PrefillUpdateKernel,
+    _build_prefill_groups_filled_kernel,
+    _prefill_update_kernel,
+)
 from step5.ops.verify import UpdateVerifyKernel, _update_verify_kernel, update_verify
 
 __all__ = [
     "GROUP_COLUMNS",
+    "BuildFilledPrefillGroupsKernel",
     "BuildPrefillGroupsKernel",
     "PrefillSummaryKernel",
+    "PrefillUpdateKernel",
     "UpdateDecodeKernel",
     "UpdateVerifyKernel",
     "WriteRingKernel",

@@ -25,6 +25,8 @@ WIDE_LAYOUTS = {
     "step5.update_verify": ROWS,
     "step5.write_ring": {"unaligned": ["key", "z", "ring"], "strided": ["key.0", "z.0", "key.2"]},
     "step5.build_prefill_groups": {"strided": ["positions"]},
+    "step5.prefill_update": ROWS,
+    "step5.build_prefill_groups_filled": {"strided": ["positions"]},
     "deepseek_v4.save_partial_states": {"unaligned": ["kv", "score", "ape", "state_cache"],
                                         "strided": ["kv.0", "score.0"]},
     "deepseek_v4.compress_windows": {"unaligned": ["state_cache", "out"], "strided": ["state_cache.0", "out.0"]},
