@@ -26,7 +26,7 @@ step() {  # step NAME TIMEOUT COMMAND...
 python3 -c "import sys, torch, triton; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, Triton {triton.__version__}, {torch.cuda.get_device_name()}')"
 step check 120 python3 -m jitkern.warmup warmup_manifests/*.json --check --no-progress
 step check 120 python3 benchmarks/device/h200_cache_check.py warmup_manifests/*.json
-step tests 420 env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider tests
+step tests 560 env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider tests
 step launch 180 python3 benchmarks/bench_launch.py
 step start 180 python3 benchmarks/bench_start.py --runs 5 --cache-dir "$TRITON_CACHE_DIR"
 step warps 180 python3 benchmarks/device/check_warps.py
