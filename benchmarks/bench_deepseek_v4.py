@@ -55,10 +55,10 @@ from deepseek_v4 import (  # noqa: E402
     save_partial_states,
 )
 from deepseek_v4.common import LAYOUTS  # noqa: E402
-from deepseek_v4.compressor import sweep_launch  # noqa: E402
+from deepseek_v4.sweeps import compressor_sweep_launch as sweep_launch  # noqa: E402
 from deepseek_v4.decode_step import DecodeTiling, check_decode_tiling, decode_tiling  # noqa: E402
 from deepseek_v4.save_partial_states import StoreTiling, store_tiling  # noqa: E402
-from deepseek_v4.save_partial_states import sweep_launch as store_sweep_launch  # noqa: E402
+from deepseek_v4.sweeps import store_sweep_launch  # noqa: E402
 
 L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
 ROTATE_BYTES = 4 * L2_BYTES
@@ -179,7 +179,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def store_variants(head_dim: int, ratio: int) -> list[StoreTiling]:
-    """The store tilings a sweep times (``save_partial_states.sweep_launch``), the shipped
+    """The store tilings a sweep times (``deepseek_v4.sweeps.store_sweep_launch``), the shipped
     one first: whole rows of 1 to 16 tokens (at most 2048 floats a tile), or one row in 2
     or 4 column groups of at least 128; each with the warps that give every thread 4, 8
     or 16 floats of kv (and as many of score)."""
@@ -304,7 +304,7 @@ def bench_compressor(tokens: int, head_dim: int, ratio: int, copy_gbs: float, sw
 
 
 def compressor_variants(tokens: int, head_dim: int, ratio: int) -> list[dict]:
-    """The tilings ``--sweep`` times (``compressor.sweep_launch`` arguments).
+    """The tilings ``--sweep`` times (``deepseek_v4.sweeps.compressor_sweep_launch`` arguments).
 
     Ratio 4 (a program per token, whole head): ``block_d`` x ``num_warps``. Ratio 128:
     at 64K tokens the tile (``block_d`` columns x 128 rows per step, ``program_d``
@@ -389,7 +389,7 @@ def decode_inputs(batch: int, head_dim: int, ratio: int, closing: float | None =
 
 
 def decode_variants(head_dim: int, ratio: int) -> list[dict]:
-    """The fused step's tilings a sweep times (``decode_step.sweep_launch`` arguments: a
+    """The fused step's tilings a sweep times (``deepseek_v4.sweeps.decode_step_sweep_launch`` arguments: a
     ``DecodeTiling``, and at ratio 128 the ``min_programs`` that picks tokens a program),
     the shipped one first. Only tilings whose window tiles sum each column's rows as the
     compressor's do (``check_decode_tiling``): at ratio 4 a program per token with 128 to

@@ -282,30 +282,6 @@ def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
     return (n_chunks * triton.cdiv(head_dim, program_d),)
 
 
-def sweep_launch(kernel: "CompressWindowsKernel", inputs: dict, *, block_d: int | None = None,
-                 program_d: int | None = None, num_warps: int | None = None, chunk: int | None = None,
-                 min_programs: int | None = None) -> None:
-    """Launch ``inputs`` with tiling choices replaced (benchmark sweeps only: the
-    variants are not warmup keys and compile on first use). ``program_d`` defaults to
-    ``block_d``; ``chunk`` to the one ``min_programs`` (default ``_MIN_PROGRAMS``) picks."""
-    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
-    head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
-    if block_d is not None:
-        kwargs["BLOCK_D"] = block_d
-        kwargs["PROGRAM_D"] = program_d or (block_d if scan > 1 else block_d * triton.cdiv(head_dim, block_d))
-    elif program_d is not None:
-        kwargs["PROGRAM_D"] = program_d
-    if num_warps is not None:
-        kwargs["num_warps"] = num_warps
-    if scan > 1:
-        if chunk is None:
-            chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
-        if not 1 <= chunk <= scan:
-            raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
-        kwargs["n_chunks"] = _n_chunks(tokens, chunk)
-    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
-
-
 class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine

@@ -32,12 +32,12 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys
 from jitkern.call_plan import public_call
-from jitkern import kernel_launcher, keys
-from deepseek_v4._compressor_host import _tiling, check_compress_windows
+from deepseek_v4._compressor_host import check_compress_windows
+from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling, decode_tiling
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
-from deepseek_v4.compressor import _window_blocks, _window_columns
+from deepseek_v4.compressor import _chunk, _grid, _window_blocks, _window_columns
 from deepseek_v4.save_partial_states import check_save_partial_states
 
 
@@ -197,96 +197,6 @@ def _decode_step_kernel(
 _MIN_PROGRAMS = 512
 
 
-@dataclass(frozen=True)
-class DecodeTiling:
-    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
-
-    scan: int  # tokens a program can take (1: a program per token); the host picks how many it does
-    block_d: int  # columns per step of a window tile (rows x block_d): fixes the reductions' order
-    program_d: int  # entry columns per program (a multiple of block_d): cdiv(head_dim, program_d) groups
-    num_warps: int
-
-
-def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
-    """The shipped tiling of the fused step.
-
-    The window tiles are the compressor's (``_tiling``) or reduce as they do. At ratio 128:
-    32-column steps with 4 warps, which fixes how each column's 128 rows are summed; each
-    program takes one 32-column group and a chunk of up to 32 tokens, so a closing token's
-    window (128 rows) is read by ``head_dim / 32`` programs at once instead of by programs
-    walking 128 columns in 4 steps. At ratio 4 a window has 8 rows, and the compressor's
-    tile of a head of 512 (512 columns, 4 warps) has all of a column's rows in one thread
-    on NVIDIA and spreads them over 2 warps on AMD; 256 columns with 2 warps does the same
-    on both, so a head of 512 takes two programs a token, as the store splits its rows.
-    ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks the layouts in the compiled
-    code, for cuda:90 and hip:gfx942.
-    """
-    compressor = _tiling(compress_ratio, head_dim)
-    if LAYOUTS[compress_ratio].overlap:
-        block_d, num_warps = compressor.block_d, compressor.num_warps
-        if block_d > 256 and block_d == 128 * num_warps:
-            block_d, num_warps = 256, 2
-        return DecodeTiling(scan=1, block_d=block_d, program_d=block_d, num_warps=num_warps)
-    return DecodeTiling(scan=32, block_d=compressor.block_d, program_d=compressor.block_d,
-                        num_warps=compressor.num_warps)
-
-
-def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: DecodeTiling) -> None:
-    """A ``ValueError`` for a tiling whose entries might not have the compressor's bits on
-    NVIDIA: the window tiles must reduce as the compressor's do (see ``decode_tiling``),
-    and ``scan`` must stay below the ratio, so that the store's ``[scan, program_d]`` tile
-    never has a window tile's shape (Triton lays out loads of one shape alike, which could
-    change the window tiles' layout). The compiled layouts test has the last word."""
-    compressor = _tiling(compress_ratio, head_dim)
-    same = (tiling.block_d, tiling.num_warps) == (compressor.block_d, compressor.num_warps)
-    rows_in_thread = (LAYOUTS[compress_ratio].overlap and tiling.block_d >= 128 * tiling.num_warps
-                      and compressor.block_d >= 128 * compressor.num_warps)
-    if not (same or rows_in_thread):
-        raise ValueError(f"tiling {tiling}: its window tiles would not sum each column's rows as the compressor's "
-                         f"(block_d={compressor.block_d}, num_warps={compressor.num_warps}) do")
-    if tiling.program_d % tiling.block_d or tiling.block_d & (tiling.block_d - 1) or tiling.scan & (tiling.scan - 1):
-        raise ValueError(f"tiling {tiling}: program_d must be a multiple of block_d, both and scan powers of two")
-    if tiling.scan >= compress_ratio:
-        raise ValueError(f"tiling {tiling}: scan must be below the ratio {compress_ratio}")
-
-
-def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: int | None = None) -> int:
-    """Tokens per program: the largest power of two <= ``scan`` leaving ``min_programs``
-    (default ``_MIN_PROGRAMS``) programs, or 1. Host arithmetic on the shape only (no
-    sync, graph-capturable)."""
-    min_programs = _MIN_PROGRAMS if min_programs is None else min_programs
-    chunk = 1
-    column_groups = triton.cdiv(head_dim, program_d)
-    while chunk < scan and triton.cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
-        chunk *= 2
-    return chunk
-
-
-def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
-    """One axis: (chunk, column group) pairs, the groups of a chunk next to each other."""
-    return (n_chunks * triton.cdiv(head_dim, program_d),)
-
-
-def sweep_launch(kernel: "DecodeStepKernel", inputs: dict, tiling: DecodeTiling | None = None, *,
-                 chunk: int | None = None, min_programs: int | None = None) -> None:
-    """Launch ``inputs`` (``__call__``'s arguments) with another tiling, ``chunk`` tokens a
-    program (at most ``tiling.scan``) or the chunk ``min_programs`` picks: benchmark sweeps
-    and their tests only. The variant is no warmup key and compiles on first use."""
-    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
-    head_dim, tokens = kwargs["HEAD_DIM"], kwargs["n_tokens"]
-    if tiling is not None:
-        check_decode_tiling(kwargs["COMPRESS_RATIO"], head_dim, tiling)
-        kwargs.update(SCAN=tiling.scan, BLOCK_D=tiling.block_d, PROGRAM_D=tiling.program_d,
-                      num_warps=tiling.num_warps)
-    scan = kwargs["SCAN"]
-    if chunk is None:
-        chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
-    if not 1 <= chunk <= scan:
-        raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
-    kwargs["n_chunks"] = triton.cdiv(tokens, chunk)
-    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
-
-
 class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
@@ -435,7 +345,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             launch_pdl=launch_pdl,
         )
         tokens = positions.shape[0]
-        n_chunks = triton.cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d))
+        n_chunks = triton.cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d, _MIN_PROGRAMS))
         return LaunchSpec(
             grid=_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(

@@ -124,14 +124,6 @@ def _grid(n_tokens: int, head_size: int, tokens: int, block_h: int) -> tuple[int
     return (triton.cdiv(n_tokens, tokens) * triton.cdiv(head_size, block_h),)
 
 
-def sweep_launch(kernel: "SavePartialStatesKernel", inputs: dict, tiling: StoreTiling) -> None:
-    """Launch ``inputs`` (``__call__``'s arguments) with another tiling: benchmark sweeps and
-    their tests only. The variant is no warmup key and compiles on first use."""
-    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
-    kwargs.update(TOKENS=tiling.tokens, BLOCK_H=tiling.block_h, num_warps=tiling.num_warps)
-    kernel.kernel[_grid(kwargs["n_tokens"], kwargs["HEAD_SIZE"], tiling.tokens, tiling.block_h)](**kwargs)
-
-
 class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):
     name = "deepseek_v4.save_partial_states"
     kernel = _save_partial_states_kernel

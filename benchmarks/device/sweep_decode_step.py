@@ -39,7 +39,8 @@ from benchmarks.bench_deepseek_v4 import (  # noqa: E402
 )
 from deepseek_v4 import DecodeStepKernel, decode_step, save_partial_states  # noqa: E402
 from deepseek_v4.common import LAYOUTS  # noqa: E402
-from deepseek_v4.decode_step import _chunk, sweep_launch  # noqa: E402
+from deepseek_v4.decode_step import _chunk  # noqa: E402
+from deepseek_v4.sweeps import decode_step_sweep_launch as sweep_launch  # noqa: E402
 
 CALL_ARGS = ("kv", "score", "ape", "positions", "state_cache", "slot_mapping", "block_table", "req_indices", "out",
              "compress_ratio", "head_dim", "block_size")

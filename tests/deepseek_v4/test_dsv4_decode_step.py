@@ -25,7 +25,7 @@ from dsv4_helpers import assert_rel_close, on_cpu, poison, projection_views, sam
 
 from deepseek_v4 import DecodeStepKernel, compress_windows, decode_step, save_partial_states
 from deepseek_v4.common import LAYOUTS
-from deepseek_v4.decode_step import sweep_launch
+from deepseek_v4.sweeps import decode_step_sweep_launch as sweep_launch
 from deepseek_v4.reference import compress_windows_ref, save_partial_states_ref
 from jitkern import TritonJitKernel
 from jitkern.testing import record_launches

@@ -21,7 +21,8 @@ from benchmarks.bench_deepseek_v4 import store_variants
 from deepseek_v4 import SavePartialStatesKernel, save_partial_states
 from deepseek_v4.common import LAYOUTS
 from deepseek_v4.reference import save_partial_states_ref
-from deepseek_v4.save_partial_states import StoreTiling, store_tiling, sweep_launch
+from deepseek_v4.save_partial_states import StoreTiling, store_tiling
+from deepseek_v4.sweeps import store_sweep_launch as sweep_launch
 
 SHIPPED = [(512, 4), (512, 128), (128, 4), (128, 128)]  # (head_dim, ratio) of the manifests
 

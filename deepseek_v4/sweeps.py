@@ -1,0 +1,71 @@
+"""Launches of the DeepSeek V4 kernels with tilings other than the shipped ones, for the
+benchmark sweeps (``bench_deepseek_v4.py --sweep``, ``benchmarks/device/sweep_*.py``) and
+the tests that check every tiling a sweep may time. None of these variants is a warmup
+key: each compiles on first use.
+"""
+
+from __future__ import annotations
+
+import triton
+
+from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling
+from deepseek_v4.compressor import CompressWindowsKernel, _chunk, _grid, _n_chunks
+from deepseek_v4.decode_step import _MIN_PROGRAMS as DECODE_MIN_PROGRAMS
+from deepseek_v4.decode_step import DecodeStepKernel
+from deepseek_v4.save_partial_states import SavePartialStatesKernel, StoreTiling
+from deepseek_v4.save_partial_states import _grid as _store_grid
+
+
+def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, block_d: int | None = None,
+                            program_d: int | None = None, num_warps: int | None = None, chunk: int | None = None,
+                            min_programs: int | None = None) -> None:
+    """Launch ``inputs`` with tiling choices replaced (benchmark sweeps only: the
+    variants are not warmup keys and compile on first use). ``program_d`` defaults to
+    ``block_d``; ``chunk`` to the one ``min_programs`` (default ``_MIN_PROGRAMS``) picks."""
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
+    head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
+    if block_d is not None:
+        kwargs["BLOCK_D"] = block_d
+        kwargs["PROGRAM_D"] = program_d or (block_d if scan > 1 else block_d * triton.cdiv(head_dim, block_d))
+    elif program_d is not None:
+        kwargs["PROGRAM_D"] = program_d
+    if num_warps is not None:
+        kwargs["num_warps"] = num_warps
+    if scan > 1:
+        if chunk is None:
+            chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
+        if not 1 <= chunk <= scan:
+            raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
+        kwargs["n_chunks"] = _n_chunks(tokens, chunk)
+    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
+
+
+
+def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: DecodeTiling | None = None, *,
+                             chunk: int | None = None, min_programs: int | None = None) -> None:
+    """Launch ``inputs`` (``__call__``'s arguments) with another tiling, ``chunk`` tokens a
+    program (at most ``tiling.scan``) or the chunk ``min_programs`` picks: benchmark sweeps
+    and their tests only. The variant is no warmup key and compiles on first use."""
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
+    head_dim, tokens = kwargs["HEAD_DIM"], kwargs["n_tokens"]
+    if tiling is not None:
+        check_decode_tiling(kwargs["COMPRESS_RATIO"], head_dim, tiling)
+        kwargs.update(SCAN=tiling.scan, BLOCK_D=tiling.block_d, PROGRAM_D=tiling.program_d,
+                      num_warps=tiling.num_warps)
+    scan = kwargs["SCAN"]
+    if chunk is None:
+        chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"],
+                       DECODE_MIN_PROGRAMS if min_programs is None else min_programs)
+    if not 1 <= chunk <= scan:
+        raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
+    kwargs["n_chunks"] = triton.cdiv(tokens, chunk)
+    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
+
+
+
+def store_sweep_launch(kernel: SavePartialStatesKernel, inputs: dict, tiling: StoreTiling) -> None:
+    """Launch ``inputs`` (``__call__``'s arguments) with another tiling: benchmark sweeps and
+    their tests only. The variant is no warmup key and compiles on first use."""
+    kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
+    kwargs.update(TOKENS=tiling.tokens, BLOCK_H=tiling.block_h, num_warps=tiling.num_warps)
+    kernel.kernel[_store_grid(kwargs["n_tokens"], kwargs["HEAD_SIZE"], tiling.tokens, tiling.block_h)](**kwargs)
