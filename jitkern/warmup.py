@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jitkern.cache import CacheEntryUnusable, refusing_compiles, wheel_roots
-from jitkern.compile import (CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_state,
-                             tasks_for)
+from jitkern.compile import CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_state, tasks_for
 from jitkern.identity import compiler_identity, describe_identity, foreign_maker, record_identity, recorded_identities
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
@@ -223,8 +222,7 @@ def start_process() -> float:
     """Pay a process's one-time costs of loading binaries; returns the seconds they took
     (0 after the first call): the GPU's context and Triton's hash of its own build
     (``triton_key()``, remembered per build by ``jitkern.triton_build``), which Triton
-    otherwise pays at the first binary it looks up. Loading compiles nothing, so Triton's
-    compiler modules (Gluon's, 0.1 s) are not imported."""
+    otherwise pays at the first binary it looks up."""
     if _process_started:
         return 0.0
     import torch
