@@ -53,9 +53,10 @@ def input_signature(values: tuple) -> tuple | None:
     for value in values:
         kind = type(value)
         if isinstance(value, _TENSOR):
-            if value.get_device() < _FIRST_PLANNED_DEVICE:
+            device = value.get_device()
+            if device < _FIRST_PLANNED_DEVICE:
                 return None
-            append((kind, value.dtype, value.get_device(), value.shape, value.stride(), value.requires_grad))
+            append((kind, value.dtype, device, value.shape, value.stride(), value.requires_grad))
         elif kind in _PLAIN:
             append((kind, value))
         elif kind is float:
