@@ -9,11 +9,13 @@ Each run is a fresh Python process that times, in order:
 - process start: ``jitkern.warmup.start_process()``: Triton's hash of its own build,
   ``triton_key()``, which jitkern remembers per installed build (``JITKERN_STATE_DIR``,
   a fresh folder per benchmark: its first run pays the hash);
-- load: ``jitkern.warmup.load(manifests)``: importing the kernel modules and loading
-  every binary, per binary too;
+- kernel modules: importing the modules the manifests name (Triton parses and hashes
+  each ``@triton.jit`` function; an engine imports them to call the kernels anyway);
+- load: ``jitkern.warmup.load(manifests)``: loading every binary, per binary too; after
+  the first run, from the memo that run's ``load()`` wrote (``jitkern.load_memo``);
 - first launch: the first ``axpy`` call after it (a kernel ``load()`` loaded), and a second.
-The first run (cold file-system caches, no memo yet) is shown apart, and the table gives
-the median of the ``--runs`` after it.
+The first run (cold file-system caches, no memos yet: it takes ``load()``'s full path) is
+shown apart, and the table gives the median of the ``--runs`` after it.
 
 The cache must hold every key of the manifests for this GPU (``python -m jitkern.warmup
 ... --target cuda:90 --cache-dir DIR``; ``load()`` compiles nothing). ``--dry-run`` runs on
@@ -58,6 +60,9 @@ with dry_run_gpu() if dry_run else contextlib.nullcontext():
     t5 = clock()
     start_process()
     t6 = clock()
+    for manifest in {manifests!r}:
+        jitkern.registry.import_modules(json.load(open(manifest))["modules"])
+    t6m = clock()
     loaded_kernels = load({manifests!r})
     t7 = clock()
     from jitkern.examples.axpy import axpy
@@ -66,7 +71,8 @@ with dry_run_gpu() if dry_run else contextlib.nullcontext():
     t8 = clock(); axpy(x, y, 2.0, out); sync(); t9 = clock()
     axpy(x, y, 2.0, out); sync(); t10 = clock()
 print("RESULT " + json.dumps(dict(
-    torch_s=t1 - t0, triton_s=t2 - t1, import_s=t3 - t2, context_s=t5 - t4, start_s=t6 - t5, load_s=t7 - t6,
+    torch_s=t1 - t0, triton_s=t2 - t1, import_s=t3 - t2, context_s=t5 - t4, start_s=t6 - t5, modules_s=t6m - t6,
+    load_s=t7 - t6m,
     binaries=sum(row.binaries for row in loaded_kernels), first_ms=(t9 - t8) * 1e3, second_ms=(t10 - t9) * 1e3,
     kernels={{row.kernel: [row.binaries, row.seconds] for row in loaded_kernels}})))
 """
@@ -96,19 +102,21 @@ def main() -> None:
         runs = [one_run(args.manifests, cache_dir, args.dry_run, state_dir) for _ in range(args.runs)]
     median = lambda field: statistics.median(run[field] for run in runs)  # noqa: E731
     binaries = runs[0]["binaries"]
-    ours = median("import_s") + median("start_s") + median("load_s")
+    ours = median("import_s") + median("start_s") + median("modules_s") + median("load_s")
     where = "CPU dry run (host work only)" if args.dry_run else "GPU"
     rows = [
-        ("first run (cold file-system caches, no triton_key memo)",
-         f"import jitkern {first['import_s']:.3f} s, start {first['start_s']:.3f} s, load {first['load_s']:.3f} s"),
+        ("first run (cold file-system caches, no memos: load()'s full path)",
+         f"import jitkern {first['import_s']:.3f} s, start {first['start_s']:.3f} s, kernel modules "
+         f"{first['modules_s']:.3f} s, load {first['load_s']:.3f} s"),
         ("import torch (the engine's own)", f"{median('torch_s'):.3f} s"),
         ("import triton (the engine's own)", f"{median('triton_s'):.3f} s"),
         ("CUDA context (the engine's own)", f"{median('context_s'):.3f} s"),
         ("import jitkern (after torch and triton)", f"{median('import_s'):.3f} s"),
         ("process start: Triton's triton_key(), remembered", f"{median('start_s'):.3f} s"),
-        (f"load() {binaries} binaries (incl. kernel modules' import)",
+        ("import the kernel modules the manifests name", f"{median('modules_s'):.3f} s"),
+        (f"load() {binaries} binaries, from the load memo",
          f"{median('load_s'):.3f} s = {median('load_s') / max(binaries, 1) * 1e3:.2f} ms a binary"),
-        ("jitkern's share: import jitkern + start + load", f"{ours:.3f} s"),
+        ("jitkern's share: import jitkern + start + kernel modules + load", f"{ours:.3f} s"),
         ("first launch after load (axpy)", f"{median('first_ms'):.3f} ms (second {median('second_ms'):.3f} ms)"),
     ]
     per_kernel = {name: statistics.median(run["kernels"][name][1] for run in runs) for name in runs[0]["kernels"]}

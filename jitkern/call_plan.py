@@ -175,8 +175,8 @@ def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] 
              f"    {''.join(f'{name}, ' for name in arguments)}= values",
              f"    if not ({' and '.join(checks)}):",
              "        return MISS"]
-    for n, (kernel, spec) in enumerate(launches):
-        direct = kernel.direct_launch(spec)
+    for n, (kernel, spec, launched) in enumerate(launches):
+        direct = kernel.direct_launch(spec, launched) if launched is not None else None
         if direct is None:
             return None
         if set(direct.arg_names) != spec.kwargs.keys():

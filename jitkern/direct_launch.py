@@ -10,7 +10,6 @@ calls the compiled launcher.
 from __future__ import annotations
 
 import functools
-
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -36,12 +35,12 @@ class DirectLaunch:
     checked (a public call's plan, ``jitkern.call_plan``).
     """
 
-    __slots__ = ("binary", "launch", "source", "launch_guarded", "arg_names")
+    __slots__ = ("binary", "launch", "source", "launch_guarded", "arg_names", "recipe")
 
     def __init__(self, binary: Any, launch: Callable[[dict, tuple], bool], source: str,
-                 launch_guarded: Callable[..., bool], arg_names: tuple[str, ...]):
+                 launch_guarded: Callable[..., bool], arg_names: tuple[str, ...], recipe: dict[str, Any]):
         self.binary, self.launch, self.source = binary, launch, source
-        self.launch_guarded, self.arg_names = launch_guarded, arg_names
+        self.launch_guarded, self.arg_names, self.recipe = launch_guarded, arg_names, recipe
 
 
 # Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
@@ -60,6 +59,16 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
     descriptors, a default left out, a backend with its own specialisation rules): that
     key always takes Triton's path.
     """
+    recipe = direct_launch_recipe(jit_function, spec, constants, binary)
+    return None if recipe is None else bind_direct_launch(jit_function, binary, recipe, constants)
+
+
+def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
+                         binary: Any) -> dict[str, Any] | None:
+    """What a direct launch of ``binary`` is made of, as plain data (``jitkern.load_memo``
+    keeps it): its generated source, the runtime arguments' names, the dtypes its checks
+    name, the kind of each tensor its guard checks, the constexprs it passes and the
+    launcher options it was generated for. None as for ``build_direct_launch``."""
     import triton
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -76,31 +85,19 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
     constexprs = {param.name for param in jit_function.params if param.is_constexpr}
     if not set(jit_function.arg_names) <= kwargs.keys() | constants.keys() or constexprs & kwargs.keys():
         return None  # a default stands in, or a constexpr varies per launch: Triton's path decides
-    runtime = triton.knobs.runtime
     binary._init_handles()  # load onto the GPU now, not on the first request
-    run, run_options = _launcher(binary.run)
-    get_device = _device_getter(active)
-    namespace = {
-        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": get_device,
-        "get_stream": active.get_current_stream, "RUNTIME": runtime, "RUNTIME_SET": runtime.__dict__,
-        "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
-        "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
-        "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
-        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
-        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
-    }
-    on_cuda = active.get_active_torch_device().type == "cuda"
+    _, run_options = _launcher(binary.run)
+    namespace: dict[str, Any] = {}  # what the checks name: dtypes
     unchanged_globals = []  # Triton refuses to launch once a global the kernel read has changed:
-    for j, ((name, _), (_value, globals_dict)) in enumerate(jit_function.used_global_vals.items()):
-        namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
+    for j, (name, _) in enumerate(jit_function.used_global_vals):
         unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
+    on_cuda = active.get_active_torch_device().type == "cuda"
     loads, checks, values, launch_args = [], [], [], []
     i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
     tensor_checks, pointers, guarded = [], [], []  # tensors: class, dtype and device checked together
     arguments = []  # (variable, argument name) of each runtime argument
     for i, param in enumerate(jit_function.params):
         if param.name in constants:  # a constexpr: fixed by the key, passed as it is
-            namespace[f"c{i}"] = constants[param.name]
             values.append(f"c{i}")
             launch_args.append(f"c{i}")
             continue
@@ -120,7 +117,7 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         if kind.startswith("*"):
             tensor_checks += lines[:-1]
             pointers.append(lines[-1])
-            guarded.append((arg, value))
+            guarded.append((arg, (str(value.dtype).removeprefix("torch."), len(value.shape))))
         elif kind == "i32" and (key == "D" and specialise and align or key is None):
             (multiples_of_16 if key == "D" else unspecialised).append(arg)
             i32_checks += lines
@@ -129,14 +126,14 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         launch_args.append(f"p{i}" if kind.startswith("*") else arg)
     tensor_guard = []
     if guarded:
-        namespace["GUARDS"] = TensorKinds([value for _, value in guarded], active)
         tensors = ", ".join(arg for arg, _ in guarded)
         tensor_guard = [f"if not GUARDS.now.check({tensors}):  # else each on its own, then GUARDS learns them",
                         *(f"    {line}" for line in tensor_checks), f"    GUARDS.learn({tensors})"]
     checks += pointers
     if i32_checks:
         checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
-    device_check = "" if get_device is None else " or get_device() != DEVICE"
+    device_query = _device_getter(active) is not None
+    device_check = " or get_device() != DEVICE" if device_query else ""
     state_check = f"drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}{''.join(unchanged_globals)}"
     launch = [  # the checks of everything but the tensors' class, dtype and device, then the launch
         *(f"    {line}" for line in checks),
@@ -172,17 +169,74 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
         "        return False",
         *launch,
     ])
-    exec(_compiled(source, f"<direct launch of {binary.name}>"), namespace)
-    return DirectLaunch(binary, namespace["launch"], source, namespace["launch_guarded"],
-                        tuple(name for _, name in arguments))
+    return {"source": source, "arg_names": tuple(name for _, name in arguments), "dtypes": tuple(sorted(namespace)),
+            "guarded": tuple(kind for _, kind in guarded), "constants": tuple(sorted(constants)),
+            "globals": tuple(name for name, _ in jit_function.used_global_vals), "run_options": tuple(run_options),
+            "device_query": device_query}
 
 
-@functools.lru_cache(maxsize=1024)
+def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
+                       constants: dict[str, Any]) -> DirectLaunch | None:
+    """The direct launch ``recipe`` describes, bound to ``binary`` (loaded onto the GPU
+    here) and the key's ``constants``; None when this process differs from the one the
+    recipe was made in (another launcher, other globals, another set of constexprs)."""
+    import triton
+
+    active = _triton_driver.active
+    binary._init_handles()  # load onto the GPU now, not on the first request
+    run, run_options = _launcher(binary.run)
+    if tuple(run_options) != recipe["run_options"] or tuple(sorted(constants)) != recipe["constants"] \
+            or tuple(name for name, _ in jit_function.used_global_vals) != recipe["globals"]:
+        return None
+    get_device = _device_getter(active)
+    if (get_device is not None) != recipe["device_query"]:
+        return None
+    runtime = triton.knobs.runtime
+    device = active.get_current_device()
+    namespace = {
+        "drivers": _triton_driver, "ACTIVE": active, "DEVICE": device, "get_device": get_device,
+        "get_stream": active.get_current_stream, "RUNTIME": runtime, "RUNTIME_SET": runtime.__dict__,
+        "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
+        "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
+        "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
+        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
+        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
+    }
+    for j, (_, globals_dict) in enumerate(jit_function.used_global_vals.values()):
+        name = recipe["globals"][j]
+        namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
+    for i, param in enumerate(jit_function.params):
+        if param.name in constants:
+            namespace[f"c{i}"] = constants[param.name]
+    for dtype in recipe["dtypes"]:  # torch_bfloat16
+        namespace[dtype] = getattr(torch, dtype.removeprefix("torch_"))
+    if recipe["guarded"]:
+        namespace["GUARDS"] = TensorKinds(recipe["guarded"], active)
+    exec(_compiled(recipe["source"], f"<direct launch of {binary.name}>"), namespace)
+    return DirectLaunch(binary, namespace["launch"], recipe["source"], namespace["launch_guarded"],
+                        recipe["arg_names"], recipe)
+
+
+_code_by_source: dict[str, Any] = {}
+
+
 def _compiled(source: str, filename: str) -> Any:
-    """The code of a direct launch's source: binaries of one kernel often share it (the
-    names in it are bound per binary, by ``namespace``), and compiling it was half of
-    preparing a binary at load."""
-    return compile(source, filename, "exec")
+    """The code of a generated source: binaries of one kernel often share it (the names in
+    it are bound per binary), and compiling it was half of preparing a binary at load.
+    ``jitkern.load_memo`` hands in the code an earlier process compiled (``known_code``)."""
+    code = _code_by_source.get(source)
+    if code is None:
+        if len(_code_by_source) >= 4096:
+            _code_by_source.clear()
+        code = _code_by_source[source] = compile(source, filename, "exec")
+    return code
+
+
+def known_code(sources: list[str] | None = None, codes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compiled code of each of ``sources``; with ``codes``, take those as compiled."""
+    if codes:
+        _code_by_source.update(codes)
+    return {source: _compiled(source, "<generated>") for source in sources or ()}
 
 
 def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
@@ -241,9 +295,10 @@ class TensorKinds:
     RELEARN = 4
     __slots__ = ("now", "_left")
 
-    def __init__(self, values: list[Any], active: Any):
+    def __init__(self, kinds: tuple[tuple[str, int], ...], active: Any):
+        """``kinds``: each tensor's dtype name (``bfloat16``) and number of dimensions."""
         device = active.get_active_torch_device()
-        self.now = self._guards([_example(value.dtype, len(value.shape), device) for value in values])
+        self.now = self._guards([_example(getattr(torch, dtype), dims, device) for dtype, dims in kinds])
         self._left = self.RELEARN
 
     def learn(self, *tensors: Any) -> None:
@@ -322,18 +377,25 @@ def layout_picker(jit_function: Any, candidates: list[tuple[dict[str, Any], Call
     class (a pointer's 16-byte alignment; an integer's being 1, a multiple of 16, beyond
     i32). The launch it names still checks everything, as every direct launch does.
     """
+    recipe = layout_picker_recipe(jit_function, [kwargs for kwargs, _ in candidates])
+    return bind_layout_picker(recipe, [launch for _, launch in candidates])
+
+
+def layout_picker_recipe(jit_function: Any, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """A layout picker as plain data (``jitkern.load_memo`` keeps it): its source and the
+    class of each candidate's arguments, in ``candidates``' order."""
     from jitkern.specialisation import runtime_params
 
     classes = {}  # argument -> expression of its class, in terms of ``value``
     for param in runtime_params(jit_function):
-        value = candidates[0][0].get(param.name)
+        value = candidates[0].get(param.name)
         in_i32 = f"-{2**31} <= value < {2**31}"
         if hasattr(value, "data_ptr") and not param.do_not_specialize_on_alignment:
             classes[param.name] = "value.data_ptr() & 15 == 0"
         elif type(value) is int:
             classes[param.name] = in_i32 if param.do_not_specialize else f"(value == 1, value & 15 == 0, {in_i32})"
     telling = [name for name, expression in classes.items()
-               if len({eval(expression, {"value": kwargs[name]}) for kwargs, _ in candidates}) > 1]  # noqa: S307
+               if len({eval(expression, {"value": kwargs[name]}) for kwargs in candidates}) > 1]  # noqa: S307
     reads = [f"value = kwargs[{name!r}]\n    c{i} = {classes[name]}" for i, name in enumerate(telling)]
     signature = f"({''.join(f'c{i}, ' for i in range(len(telling)))})"
     source = "\n".join([
@@ -344,8 +406,19 @@ def layout_picker(jit_function: Any, candidates: list[tuple[dict[str, Any], Call
         "        return None",
         f"    return TABLE.get({signature})",
     ])
+    namespace: dict[str, Any] = {}
+    exec(_compiled(source, f"<layout picker of {jit_function.__name__}>"), namespace)
+    return {"source": source, "classes": tuple(namespace["classify"](kwargs) for kwargs in candidates),
+            "name": jit_function.__name__}
+
+
+def bind_layout_picker(recipe: dict[str, Any], launches: list[Callable[[dict, tuple], bool]]
+                       ) -> Callable[[dict], Callable[[dict, tuple], bool] | None]:
+    """The picker of ``recipe``, naming ``launches`` (in its candidates' order)."""
     namespace: dict[str, Any] = {"TABLE": {}}
-    exec(compile(source, f"<layout picker of {jit_function.__name__}>", "exec"), namespace)
-    for kwargs, launch in candidates:
-        namespace["TABLE"].setdefault(namespace["classify"](kwargs), launch)
-    return namespace["pick"]
+    exec(_compiled(recipe["source"], f"<layout picker of {recipe['name']}>"), namespace)
+    for signature, launch in zip(recipe["classes"], launches):
+        namespace["TABLE"].setdefault(signature, launch)
+    pick = namespace["pick"]
+    pick.recipe = recipe
+    return pick

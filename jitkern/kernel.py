@@ -20,7 +20,7 @@ from typing import Any, Callable, ClassVar, Generic, TypeVar
 
 from jitkern import registry, settings, targets
 from jitkern.call_plan import forget_plans, _recording
-from jitkern.direct_launch import build_direct_launch, layout_picker
+from jitkern.direct_launch import bind_direct_launch, bind_layout_picker, build_direct_launch, layout_picker
 from jitkern.settings import interpreting
 from jitkern.settle import settle_cache_key
 from jitkern.specialisation import (
@@ -29,6 +29,8 @@ from jitkern.specialisation import (
     argument_domains,
     enumerate_layouts,
     explain_miss,
+    key_fields,
+    key_name,
     layout_text,
     name_stand_ins,
     origins,
@@ -75,24 +77,6 @@ class _ActiveLaunch(threading.local):
 
 
 active_launch = _ActiveLaunch()
-
-
-def key_name(key: Any) -> str:
-    """A stable, readable name of a key: ``head_size=1024,block_size=4`` (a binary key's
-    layout last, when it has one: ``...,layout=Z:*bf16``)."""
-    return ",".join(f"{name}={value}" for name, value in key_fields(key).items())
-
-
-def key_fields(key: Any) -> dict[str, Any]:
-    """The key as plain JSON-friendly values (dtypes become their names); a binary key's
-    fields are its compile key's, and ``layout`` when it is not the stand-ins' own."""
-    if isinstance(key, BinaryKey):
-        return {**key_fields(key.key), **({"layout": key.layout} if key.layout else {})}
-    return {f.name: _plain(getattr(key, f.name)) for f in dataclasses.fields(key)}
-
-
-def _plain(value: Any) -> Any:
-    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
 class JitKernel(Generic[CompileKeyT]):
@@ -197,9 +181,9 @@ def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
     @functools.wraps(build)
     def launch(self: "TritonJitKernel", *args: Any, **kwargs: Any) -> Any:
         spec = build(self, *args, **kwargs)
-        self.launch(spec)
+        launched = self.launch(spec)
         if _recording.launches is not None:  # a public call records its launches (jitkern.call_plan)
-            _recording.launches.append((self, spec))
+            _recording.launches.append((self, spec, launched))
         return spec.result
 
     launch.launch_spec = build
@@ -329,8 +313,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     # --- launching ----------------------------------------------------------------------
 
-    def launch(self, spec: LaunchSpec[CompileKeyT]) -> None:
-        """Launch through a binary of the key directly when one fits, else through Triton.
+    def launch(self, spec: LaunchSpec[CompileKeyT]) -> Callable[[dict, tuple], bool] | None:
+        """Launch through a binary of the key directly when one fits (returning the direct
+        launch that did), else through Triton (None).
 
         ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
         found by the key's id first (an entry holds its key, checked to be this one), and
@@ -342,8 +327,12 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
         if known_key is not key:
             launch = self._direct_launch_of(key)
-        if not launch(spec.kwargs, spec.grid) and not self._launch_another_layout(spec):
-            self._launch_through_triton(spec)
+        if launch(spec.kwargs, spec.grid):
+            return launch
+        if self._launch_another_layout(spec):
+            return self._launches_by_key_id[id(key)][1]
+        self._launch_through_triton(spec)
+        return None
 
     def _launch_another_layout(self, spec: LaunchSpec[CompileKeyT]) -> bool:
         """With binaries of several layouts, the key's remembered launch is the last one
@@ -356,9 +345,15 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._launches_by_key_id[id(spec.key)] = (spec.key, launch)
         return True
 
-    def direct_launch(self, spec: LaunchSpec[CompileKeyT]) -> Any:
-        """The ``DirectLaunch`` of the binary ``spec`` needs, if this process prepared one."""
-        return self._binaries.get(spec.key, {}).get(self.binary_key(spec).layout)
+    def direct_launch(self, spec: LaunchSpec[CompileKeyT], launched: Callable | None = None) -> Any:
+        """The ``DirectLaunch`` of the binary ``spec`` needs, if this process prepared one; with
+        ``launched`` (what ``launch(spec)`` returned), the one that launched, found without
+        Triton's specialiser (whose first use imports Gluon, 0.1 s, in a process ``load()``ed
+        from its memo)."""
+        if launched is None:
+            return self._binaries.get(spec.key, {}).get(self.binary_key(spec).layout)
+        return next((direct for direct in self._binaries.get(spec.key, {}).values()
+                     if direct is not None and direct.launch is launched), None)
 
     def _launch_through_triton(self, spec: LaunchSpec[CompileKeyT]) -> None:
         kwargs = self.triton_kwargs(spec)
@@ -438,20 +433,18 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if settings.current().direct_launch and not interpreting():  # else prepared on a later launch
             direct = build_direct_launch(self.kernel, spec, self._key_constants(spec.key), binary)
             self._prepared.add(id(binary))
-        self._binaries.setdefault(spec.key, {})[layout] = direct
-        self._pickers.pop(spec.key, None)
+        self._hold(spec.key, layout, direct)
+
+    def _hold(self, key: CompileKeyT, layout: str, direct: Any) -> None:
+        self._binaries.setdefault(key, {})[layout] = direct
+        self._pickers.pop(key, None)
         self._launches_by_key_id.clear()  # the key's launches changed
 
     def compile(self, key: BinaryKey | CompileKeyT) -> Any:
         """Compile the binary of ``key`` from stand-ins of its layout; nothing runs. None when
         interpreting. ``WarmupMismatch`` if Triton would specialise them otherwise."""
         binary_key = key if isinstance(key, BinaryKey) else BinaryKey(key)
-        kwargs, _ = self.stand_ins(binary_key.key)
-        try:
-            spec = LaunchSpec((1,), stand_ins_for(self.kernel, kwargs, parse_layout(binary_key.layout)),
-                              binary_key.key)
-        except ValueError as error:
-            raise WarmupMismatch(f"{self.name}: {error}") from None
+        spec = self._stand_in_spec(binary_key)
         built = self.binary_key(spec)
         if parse_layout(built.layout) != parse_layout(binary_key.layout):
             raise WarmupMismatch(f"{self.name}: stand-ins of layout {binary_key.layout!r} specialise as "
@@ -467,6 +460,31 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if not _compiling_only():
             self._prepare_direct_launch(spec, binary, binary_key.layout)
         return binary
+
+    def adopt(self, binary_key: BinaryKey, binary: Any, recipe: dict[str, Any]) -> None:
+        """Take ``binary``, Triton's binary of ``binary_key`` found without Triton's front end,
+        with the recipe of its direct launch (``jitkern.load_memo``), as ``compile`` would
+        have taken it; a recipe this process cannot bind is made anew."""
+        direct = bind_direct_launch(self.kernel, binary, recipe, self._key_constants(binary_key.key))
+        if direct is None:
+            self._prepare_direct_launch(self._stand_in_spec(binary_key), binary, binary_key.layout)
+            return
+        self._prepared.add(id(binary))
+        self._hold(binary_key.key, binary_key.layout, direct)
+
+    def adopt_picker(self, key: CompileKeyT, recipe: dict[str, Any], layouts: list[str]) -> None:
+        """Take the layout picker of ``key``'s binaries from its recipe (``jitkern.load_memo``):
+        ``layouts`` in the recipe's order, each adopted already."""
+        binaries = self._binaries.get(key, {})
+        if list(binaries) == layouts and all(binaries.values()):
+            self._pickers[key] = bind_layout_picker(recipe, [binaries[layout].launch for layout in layouts])
+
+    def _stand_in_spec(self, binary_key: BinaryKey) -> LaunchSpec[CompileKeyT]:
+        kwargs, _ = self.stand_ins(binary_key.key)
+        try:
+            return LaunchSpec((1,), stand_ins_for(self.kernel, kwargs, parse_layout(binary_key.layout)), binary_key.key)
+        except ValueError as error:
+            raise WarmupMismatch(f"{self.name}: {error}") from None
 
 
 def _compiling_only() -> bool:

@@ -37,7 +37,11 @@ class Settings:
     store must never see it."""
     state_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "jitkern")
     """JITKERN_STATE_DIR: where this machine's memos live (Triton's hash of each installed
-    build: ``jitkern.triton_build``)."""
+    build: ``jitkern.triton_build``; what each deployment's ``load()`` found:
+    ``jitkern.load_memo``)."""
+    load_memo: bool = True
+    """JITKERN_LOAD_MEMO: let ``load()`` take a deployment's binaries from what an earlier
+    process's ``load()`` of the same deployment recorded (``jitkern.load_memo``)."""
     portable_paths: bool = False
     """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
     AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
@@ -61,6 +65,7 @@ class Settings:
             lock_digest=os.environ.get("JITKERN_LOCK_DIGEST", cls.lock_digest).strip().lower(),
             lock_key=os.environ.get("JITKERN_LOCK_KEY", cls.lock_key),
             state_dir=os.environ.get("JITKERN_STATE_DIR", "") or cls.state_dir,
+            load_memo=os.environ.get("JITKERN_LOAD_MEMO", "1") not in ("0", "false", "no"),
             portable_paths=os.environ.get("JITKERN_PORTABLE_PATHS", "0") not in ("", "0", "false", "no"),
         )
 

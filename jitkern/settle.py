@@ -14,7 +14,7 @@ def settle_cache_key(jit_function: Any) -> None:
     hashed kernels, and a serving process could look up another key than warmup built
     (Step5's decode kernel did, after verify was hashed first). Hashing again from the
     helpers up until the key no longer changes gives the key with every helper's globals,
-    whatever the order.
+    whatever the order. A helper settled with one kernel keeps its key for the next.
     """
     if not hasattr(jit_function, "cache_key") or not hasattr(jit_function, "used_global_vals"):
         return  # the interpreter's functions have no cache key
@@ -23,7 +23,10 @@ def settle_cache_key(jit_function: Any) -> None:
     while previous != jit_function.cache_key:
         previous = jit_function.cache_key
         for function in functions:
-            function.hash = None
+            if function.hash != getattr(function, "_jitkern_settled_key", None):  # a settled key is final
+                function.hash = None
+    for function in functions:
+        function._jitkern_settled_key = function.hash
 
 
 def _jit_helpers(jit_function: Any) -> list[Any]:

@@ -22,6 +22,7 @@ says, and checks it with Triton's specialiser.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -44,6 +45,24 @@ class BinaryKey:
 
     key: Any
     layout: str = ""
+
+
+def key_name(key: Any) -> str:
+    """A stable, readable name of a key: ``head_size=1024,block_size=4`` (a binary key's
+    layout last, when it has one: ``...,layout=Z:*bf16``)."""
+    return ",".join(f"{name}={value}" for name, value in key_fields(key).items())
+
+
+def key_fields(key: Any) -> dict[str, Any]:
+    """The key as plain JSON-friendly values (dtypes become their names); a binary key's
+    fields are its compile key's, and ``layout`` when it is not the stand-ins' own."""
+    if isinstance(key, BinaryKey):
+        return {**key_fields(key.key), **({"layout": key.layout} if key.layout else {})}
+    return {f.name: _plain(getattr(key, f.name)) for f in dataclasses.fields(key)}
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
 
 
 @dataclass(frozen=True)

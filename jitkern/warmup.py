@@ -22,17 +22,21 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jitkern.cache import CacheEntryUnusable, refusing_compiles, wheel_roots
 from jitkern.compile import CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_state, tasks_for
 from jitkern.identity import compiler_identity, describe_identity, foreign_maker, record_identity, recorded_identities
 from jitkern.kernel import key_fields, key_name
-from jitkern.manifest import LoadedManifest, ManifestError, json_schema, load_manifest
 from jitkern.report import format_notes, format_table, report, summarise
+from jitkern import settings
 from jitkern.settings import interpreting
+from jitkern.specialisation import BinaryKey
 from jitkern.share import build_lock, check_remote, deployment_name, publish, write_lock
 from jitkern.targets import local_target, parse_target, parse_targets, target_name
+
+if TYPE_CHECKING:  # the manifests' module imports pydantic (0.1 s): a load() from its memo never needs it
+    from jitkern.manifest import LoadedManifest
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ def resolve(manifest_paths: list[str], target: str | None) -> tuple[Plan, str]:
     key of every manifest is compiled. Without it, this machine's GPU; with no GPU here,
     each manifest's keys for that manifest's own ``targets``.
     """
+    from jitkern.manifest import load_manifest
+
     manifests = [load_manifest(path) for path in manifest_paths]
     entries_of = [list(dict.fromkeys((entry.kernel.name, key) for entry in loaded.entries for key in entry.keys))
                   for loaded in manifests]
@@ -171,12 +177,20 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
     cache made by another compiler build is reported in one line, with the count.
     """
-    from jitkern import hooks, registry
+    from jitkern import hooks, load_memo, registry
 
-    plan, _note = resolve(manifest_paths, target=None)
     if interpreting():
+        resolve(manifest_paths, target=None)  # the manifests' errors, as below
         return []
     start_process()  # once per process: not a cost of any one binary
+    fingerprint = load_memo.deployment_fingerprint(manifest_paths) if settings.current().load_memo else None
+    memo = load_memo.read_memo(fingerprint) if fingerprint else None
+    remembered = load_memo.load_remembered(memo) if memo else None
+    if remembered is not None:
+        for name in remembered:
+            registry.get_kernel(name).prepare_launches()
+        return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
+    plan, _note = resolve(manifest_paths, target=None)
     here, entries = next(iter(plan.by_target.items()))  # this GPU's target (with none: the manifests' first)
     fresh: list[str] = []
 
@@ -186,11 +200,13 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
 
     loaded: dict[str, LoadedKernel] = {}
     unusable: list[str] = []
+    binaries: list[tuple[str, BinaryKey, Any]] = []  # what the memo records
     with hooks.watching(on_compile=on_compile), refusing_compiles():
         for name, key in entries:
             start = time.perf_counter()
             try:
-                registry.get_kernel(name).compile(key)
+                binaries.append((name, key if isinstance(key, BinaryKey) else BinaryKey(key),
+                                 registry.get_kernel(name).compile(key)))
             except CacheEntryUnusable as error:
                 unusable.append(f"{name}[{key_name(key)}]: {error.problem}")
                 continue
@@ -212,6 +228,8 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
         raise MissingBinary(foreign or (
             f"{len(unusable)} of {len(entries)} keys are not usable in the cache {cache_directory()} for {here} "
             f"(run python -m jitkern.warmup on the manifests{hint}):\n  " + "\n  ".join(unusable)))
+    if fingerprint:
+        load_memo.write_memo(fingerprint, plan.modules, {name: registry.get_kernel(name) for name in loaded}, binaries)
     return list(loaded.values())
 
 
@@ -310,6 +328,7 @@ def _print_load(manifest_paths: list[str]) -> int:
 
 def _merge_record(argv: list[str]) -> int:
     from jitkern.guard import merge_record
+    from jitkern.manifest import ManifestError
 
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup merge-record",
@@ -327,6 +346,8 @@ def _merge_record(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jitkern.manifest import ManifestError, json_schema
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["schema"]:
         print(json.dumps(json_schema(), indent=2))
@@ -460,6 +481,7 @@ def _check_remote(plan: Plan, url: str) -> int:
 
 
 def _pack(argv: list[str]) -> int:
+    from jitkern.manifest import ManifestError
     from jitkern.wheel import PackError, pack
 
     parser = argparse.ArgumentParser(

@@ -1,0 +1,318 @@
+"""``load()`` remembered per deployment: a restarted serving process skips Triton's front end.
+
+Loading a warmed binary through Triton (``JITFunction.warmup``) binds stand-in arguments,
+imports Gluon for its specialiser, rebuilds the binary's cache key and reads every file
+of its entry (the binary and four IR texts); jitkern then generates and compiles the
+binary's direct launch. About 4 ms a binary, over 1 s for a deployment of 300. What that
+work finds depends only on the deployment: the manifests, the code of jitkern and of the
+kernels, Triton's build, this GPU's target, the cache's roots and the settings. So the
+first ``load()`` of a deployment records, per binary, its kernel, key and layout, the
+Triton cache entry it came from, the specialisation Triton compiled it for (the
+``ASTSource``'s signature, constexprs and attributes) and its direct launch's recipe
+with the compiled code; per key of several layouts, its layout picker. A later process
+whose deployment has the same **fingerprint** takes each entry straight from the cache,
+checked as the cache manager checks every entry (whole, and matching the trusted lock
+when one is pinned), builds Triton's own ``CompiledKernel`` from its metadata and
+binary, and binds the recorded direct launch to it.
+
+The fingerprint is a sha256 of each manifest's path and bytes, ``triton_key()``, the
+target and the number of GPUs, Triton's cache-invalidating settings and every
+``TRITON_*`` variable, the files of Triton's bundled tools (``ptxas``), the cache
+directory and cache wheels, jitkern's settings and the Python and torch versions. The
+memo also lists the source files of every module loaded from jitkern's and the kernels'
+packages, with each file's size, times, inode and device (as ``jitkern.triton_build``
+does for Triton): an edited file, even rewritten in place, sends the process down the
+full path, which records the new answer. So does anything the memo cannot vouch for: an
+entry missing or damaged, a memo not this user's own (it holds compiled Python code, as
+``__pycache__`` does), a user's own cache manager, a stage-inspection hook, a binary
+without a direct launch, ``JITKERN_LOAD_MEMO=0``.
+
+Triton's in-memory cache of the ``JITFunction`` does not hold a binary taken this way,
+so a launch that falls back to Triton's own path reads the entry from the cache once (it
+never compiles: the entry is there). ``CompiledKernel.asm`` holds the binary only.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import json
+import marshal
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Iterator
+
+import torch
+
+from jitkern import settings
+from jitkern.specialisation import BinaryKey
+
+FORMAT = 1
+MEMO_FOLDER = "loads"
+MAX_MEMOS = 32  # deployments remembered per machine; the oldest memo is dropped
+
+
+class NotRemembered(Exception):
+    """A value the memo cannot write down exactly: that deployment is not remembered."""
+
+
+# --- the deployment's fingerprint ----------------------------------------------------
+
+
+def deployment_fingerprint(manifest_paths: list[str]) -> str | None:
+    """sha256 of what decides which binaries ``load()`` finds (see the module docstring);
+    None when this process cannot be remembered (a user's cache manager, a hook)."""
+    import triton
+    from triton.compiler.compiler import get_cache_invalidating_env_vars
+    from triton.runtime.cache import triton_key
+    from triton.runtime.driver import driver
+
+    from jitkern.cache import JitkernCacheManager, read_roots
+    from jitkern.triton_build import triton_root
+
+    if triton.knobs.runtime.add_stages_inspection_hook is not None:
+        return None
+    if triton.knobs.cache.manager_class is not JitkernCacheManager:
+        return None
+    target = driver.active.get_current_target()
+    parts: dict[str, Any] = {
+        "format": FORMAT,
+        "manifests": [[os.path.abspath(path), _file_digest(path)] for path in manifest_paths],
+        "triton": triton_key(),
+        "target": [target.backend, target.arch, target.warp_size, type(driver.active).__qualname__,
+                   torch.cuda.device_count() if torch.cuda.is_available() else 0],
+        "triton_settings": sorted(get_cache_invalidating_env_vars().items()),
+        "triton_environment": sorted((name, value) for name, value in os.environ.items() if name.startswith("TRITON_")),
+        "tools": file_stats(sorted(_bundled_tools(triton_root()))),
+        "roots": read_roots(),
+        "jitkern": repr(settings.current()),
+        "versions": [sys.version, torch.__version__, triton.__version__],
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    with open(path, "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
+
+
+def _bundled_tools(root: str) -> list[str]:
+    """Triton's bundled compiler tools (``backends/*/bin``, ``ptxas`` among them): their
+    version is part of every cache key Triton makes."""
+    backends = os.path.join(root, "backends")
+    found = []
+    for backend in os.listdir(backends) if os.path.isdir(backends) else ():
+        folder = os.path.join(backends, backend, "bin")
+        if os.path.isdir(folder):
+            found += [os.path.join(folder, name) for name in os.listdir(folder)]
+    return found
+
+
+def file_stats(paths: list[str]) -> list[tuple]:
+    """Each file's path, size, mtime and ctime (ns), inode and device; None when it is gone."""
+    stats = []
+    for path in paths:
+        try:
+            stat = os.stat(path)
+            stats.append((path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev))
+        except OSError:
+            stats.append((path, None))
+    return stats
+
+
+def code_files(kernels: list[Any]) -> list[str]:
+    """The source files of every loaded module of jitkern's package and of the packages
+    the ``kernels``' classes and ``@triton.jit`` functions live in."""
+    packages = {"jitkern"}
+    for kernel in kernels:
+        packages.add(type(kernel).__module__.partition(".")[0])
+        packages.add(getattr(getattr(kernel, "kernel", None), "__module__", "jitkern").partition(".")[0])
+    files = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and name.partition(".")[0] in packages:
+            files.add(os.path.abspath(path))
+    return sorted(files)
+
+
+# --- the memo ---------------------------------------------------------------------------
+
+
+def memo_path(fingerprint: str) -> str:
+    return os.path.join(settings.current().state_dir, MEMO_FOLDER, f"{fingerprint}.memo")
+
+
+def read_memo(fingerprint: str) -> dict | None:
+    """The memo of this deployment, when it is this user's own and writable by no one else
+    (it holds compiled code) and every code file it lists is unchanged."""
+    try:
+        with open(memo_path(fingerprint), "rb") as file:
+            status = os.fstat(file.fileno())
+            if status.st_uid != os.getuid() or status.st_mode & 0o022:
+                return None
+            memo = marshal.loads(file.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    if not isinstance(memo, dict) or memo.get("format") != FORMAT:
+        return None
+    if file_stats([entry[0] for entry in memo["code"]]) != memo["code"]:
+        return None
+    return memo
+
+
+def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
+               loaded: list[tuple[str, BinaryKey, Any]]) -> bool:
+    """Record what ``load()`` took: the kernels' ``modules``, each binary (kernel name,
+    binary key, Triton's binary) with its direct launch's recipe and code, and each key's
+    layout picker. Whether it did: nothing is written when a value cannot be (a binary
+    without a direct launch, a key field of a class ``marshal`` does not keep). Written
+    atomically, readable by this user only."""
+    from jitkern.direct_launch import known_code
+
+    try:
+        binaries = [_binary_record(name, binary_key, binary, kernels[name]) for name, binary_key, binary in loaded]
+        pickers = [(name, _encode_key(key), pick.recipe, list(kernel._binaries[key]))
+                   for name, kernel in kernels.items() for key, pick in kernel._pickers.items()]
+        sources = [record["recipe"]["source"] for record in binaries] + [recipe["source"] for _, _, recipe, _ in pickers]
+        memo = {"format": FORMAT, "code": file_stats(code_files(list(kernels.values()))), "modules": list(modules),
+                "binaries": binaries, "pickers": pickers, "compiled": known_code(list(dict.fromkeys(sources)))}
+        data = marshal.dumps(memo)
+    except (NotRemembered, ValueError):
+        return False
+    path = memo_path(fingerprint)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".load.", dir=os.path.dirname(path))  # mode 0600
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+        _drop_oldest(os.path.dirname(path))
+    except OSError:
+        return False  # a read-only home: the next process takes the full path again
+    return True
+
+
+def _drop_oldest(folder: str) -> None:
+    memos = sorted((entry.stat().st_mtime_ns, entry.path) for entry in os.scandir(folder)
+                   if entry.name.endswith(".memo"))
+    for _, path in memos[:-MAX_MEMOS]:
+        os.remove(path)
+
+
+def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -> dict:
+    from triton.compiler.compiler import make_backend
+
+    src, group = binary.src, binary.metadata_group
+    metadata = next((file for file in group if file.endswith(".json")), "")
+    binary_file = f"{os.path.splitext(metadata)[0]}.{make_backend(binary.metadata.target).binary_ext}"
+    direct = kernel._binaries.get(binary_key.key, {}).get(binary_key.layout)
+    if binary_file not in group or getattr(src, "fn", None) is not kernel.kernel or direct is None:
+        raise NotRemembered(name)
+    record = {
+        "kernel": name, "key": _encode_key(binary_key.key), "layout": binary_key.layout,
+        "hash": binary.hash, "folder": os.path.basename(os.path.dirname(group[metadata])),
+        "metadata": metadata, "binary": binary_file,
+        "signature": src.signature, "constexprs": src.constants, "attrs": src.attrs, "recipe": direct.recipe,
+    }
+    if marshal.loads(marshal.dumps(record)) != record:
+        raise NotRemembered(name)
+    return record
+
+
+def _encode_key(key: Any) -> tuple:
+    """A compile key's fields as values ``marshal`` keeps exactly (a dtype by its name)."""
+    fields = tuple((field.name, *_encode_field(getattr(key, field.name))) for field in dataclasses.fields(key))
+    if _decode_key(type(key), fields) != key:
+        raise NotRemembered(repr(key))
+    return fields
+
+
+def _encode_field(value: Any) -> tuple[str, Any]:
+    return ("dtype", str(value).removeprefix("torch.")) if isinstance(value, torch.dtype) else ("value", value)
+
+
+def _decode_key(key_class: type, fields: tuple) -> Any:
+    return key_class(**{name: getattr(torch, value) if kind == "dtype" else value for name, kind, value in fields})
+
+
+# --- loading from the memo ------------------------------------------------------------
+
+
+def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
+    """Load every binary of ``memo`` into its kernel: ``{kernel: (binaries, seconds)}``, or
+    None, having loaded nothing, when an entry is not usable (the full path reports it)."""
+    from triton.compiler.compiler import ASTSource, CompiledKernel
+
+    from jitkern import registry
+    from jitkern.cache import lookup_entry
+    from jitkern.direct_launch import known_code
+
+    registry.import_modules(memo["modules"])
+    found = []
+    for record in memo["binaries"]:
+        state = lookup_entry(record["folder"], record["metadata"])
+        if not state.usable:
+            return None
+        found.append((record, state.files))
+    known_code(codes=memo["compiled"])
+    kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record, _ in found)}
+    loaded: dict[str, tuple[int, float]] = {}
+    with _sharing_identical_work():
+        for record, files in found:
+            start = time.perf_counter()
+            kernel = kernels[record["kernel"]]
+            src = ASTSource(kernel.kernel, record["signature"], record["constexprs"], record["attrs"])
+            group = {name: files[name] for name in (record["metadata"], record["binary"])}
+            kernel.adopt(BinaryKey(_decode_key(kernel.CompileKey, record["key"]), record["layout"]),
+                         CompiledKernel(src, group, record["hash"]), record["recipe"])
+            binaries, seconds = loaded.get(record["kernel"], (0, 0.0))
+            loaded[record["kernel"]] = (binaries + 1, seconds + time.perf_counter() - start)
+    for name, key, recipe, layouts in memo["pickers"]:
+        kernels[name].adopt_picker(_decode_key(kernels[name].CompileKey, key), recipe, layouts)
+    return loaded
+
+
+@contextlib.contextmanager
+def _sharing_identical_work() -> Iterator[None]:
+    """Within the block, what Triton makes for each binary alike is made once.
+
+    - ``CompiledKernel`` makes a ``namedtuple`` class for each binary's metadata (about a
+      third of the time taking a binary took): one class per name and fields here. The
+      classes would differ only in identity, which nothing compares.
+    - Each launcher looks its C module up by the sha256 of its source, in the cache (which
+      reads the module whole, to check it against the lock) and imports it: one lookup per
+      source here; the module is the same either way.
+    """
+    from triton.runtime import build
+
+    original_namedtuple, original_module = collections.namedtuple, build.compile_module_from_src
+    classes: dict[tuple, type] = {}
+    modules: dict[tuple, Any] = {}
+
+    def namedtuple(typename, field_names, **options):
+        key = (typename, tuple(field_names), tuple(sorted(options.items())))
+        if key not in classes:
+            classes[key] = original_namedtuple(typename, field_names, **options)
+        return classes[key]
+
+    def compile_module_from_src(src, name, library_dirs=None, include_dirs=None, libraries=None, ccflags=None):
+        key = (src, name, *(tuple(value or ()) for value in (library_dirs, include_dirs, libraries, ccflags)))
+        if key not in modules:
+            modules[key] = original_module(src, name, library_dirs, include_dirs, libraries, ccflags)
+        return modules[key]
+
+    users = [module for name, module in list(sys.modules.items())  # the backends' drivers import it by name
+             if name.startswith("triton.") and getattr(module, "compile_module_from_src", None) is original_module]
+    collections.namedtuple = namedtuple
+    for module in users:
+        module.compile_module_from_src = compile_module_from_src
+    try:
+        yield
+    finally:
+        collections.namedtuple = original_namedtuple
+        for module in users:
+            module.compile_module_from_src = original_module

@@ -1,0 +1,183 @@
+"""A restarted process's ``load()`` from the memo of its deployment (``jitkern.load_memo``):
+the same binaries, direct launches and layout pickers as the full path, without Triton's
+front end; and the full path whenever anything the memo vouches for changed."""
+
+import os
+
+import pytest
+import torch
+from reliability_testing import forget_all_binaries, warm
+from warmup_testing import example_manifest
+
+from jitkern import load_memo, registry, settings
+from jitkern.cache import DamagedCacheEntry
+from jitkern.examples.axpy import axpy
+from jitkern.kernel import key_name
+from jitkern.share import build_lock, write_lock
+from jitkern.testing import DryRunDriver
+from jitkern.warmup import MissingBinary, load, resolve
+
+pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
+
+AXPY = "jitkern.example.axpy"
+
+
+@pytest.fixture
+def deployment(tmp_path, monkeypatch):
+    """A warmed example deployment of several layouts a key, a private state directory,
+    and the arguments each launch passes to its launcher."""
+    manifest = example_manifest(tmp_path / "m.json", layout={"unaligned": ["x", "y", "out"]},
+                                dtypes=["float32", "bfloat16"])
+    entries = warm(manifest)
+    calls = []
+
+    def launcher_cls(self, src, metadata):
+        def launch(grid_0, grid_1, grid_2, stream, function, packed_metadata, launch_metadata, enter, exit, *args):
+            calls.append((src.fn.__name__, (grid_0, grid_1, grid_2), packed_metadata, args))
+        return launch
+
+    monkeypatch.setattr(DryRunDriver, "launcher_cls", launcher_cls)
+    with settings.scope(state_dir=str(tmp_path / "state")):
+        forget_all_binaries()
+        yield manifest, entries, calls
+
+
+def full_paths(monkeypatch) -> list[str]:
+    """Records each binary Triton's front end looks up from here on."""
+    from triton.runtime.jit import JITFunction
+
+    looked_up, warmup = [], JITFunction.warmup
+
+    def counting_warmup(self, *args, **kwargs):
+        looked_up.append(self.__name__)
+        return warmup(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "warmup", counting_warmup)
+    return looked_up
+
+
+def held(kernel_name: str) -> dict:
+    """What a kernel holds after a load: each binary's direct launch source and binary
+    identity, and each key's picker recipe."""
+    kernel = registry.get_kernel(kernel_name)
+    binaries = {(key_name(key), layout): (direct.source, direct.binary.hash, direct.arg_names)
+                for key, by_layout in kernel._binaries.items() for layout, direct in by_layout.items()}
+    pickers = {key_name(key): pick.recipe for key, pick in kernel._pickers.items()}
+    return {"binaries": binaries, "pickers": pickers}
+
+
+def every_layout() -> list[tuple]:
+    """axpy arguments for each alignment of x (and out), in each dtype."""
+    calls = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for offset in (0, 1):
+            x = torch.randn(64 + offset, dtype=dtype)[offset:]
+            calls.append((x, x, 0.5, torch.empty(64 + offset, dtype=dtype)[offset:]))
+    return calls
+
+
+def test_a_second_load_takes_every_binary_from_the_memo_as_the_full_path_did(deployment, monkeypatch):
+    manifest, entries, calls = deployment
+    looked_up = full_paths(monkeypatch)
+    (first,) = load([str(manifest)])
+    assert len(looked_up) == first.binaries == len(entries) and first.binaries > 2 * 2  # several layouts a key
+    full = held(AXPY)
+    assert full["pickers"], "the example's keys should have several layouts"
+    arguments = every_layout()
+    for x, y, alpha, out in arguments:
+        axpy(x, y, alpha, out=out)
+    full_calls = list(calls)
+
+    forget_all_binaries()
+    looked_up.clear()
+    calls.clear()
+    (again,) = load([str(manifest)])
+    assert looked_up == [] and again.binaries == first.binaries
+    assert held(AXPY) == full
+    for x, y, alpha, out in arguments:
+        axpy(x, y, alpha, out=out)
+    assert calls == full_calls and len(calls) == 4
+
+
+def rewrite_manifest(manifest, _memo):
+    manifest.write_text(manifest.read_text() + "\n")
+
+
+def change_a_code_file(_manifest, memo):
+    """As if a kernel's module had been edited since: its recorded size differs."""
+    memo["code"][0] = (memo["code"][0][0], -1, *memo["code"][0][2:])
+
+
+def make_it_group_writable(_manifest, memo):
+    memo["mode"] = 0o664
+
+
+def garble_it(_manifest, memo):
+    memo["garbage"] = True
+
+
+@pytest.mark.parametrize("change", [rewrite_manifest, change_a_code_file, make_it_group_writable, garble_it])
+def test_anything_the_memo_vouches_for_changed_takes_the_full_path(deployment, monkeypatch, change):
+    manifest, entries, _calls = deployment
+    load([str(manifest)])
+    (path,) = [entry.path for entry in os.scandir(os.path.join(settings.current().state_dir, load_memo.MEMO_FOLDER))]
+    memo = load_memo.marshal.loads(open(path, "rb").read())
+    change(manifest, memo)
+    with open(path, "wb") as file:
+        file.write(b"not a memo" if memo.pop("garbage", False) else load_memo.marshal.dumps(memo))
+    os.chmod(path, memo.pop("mode", 0o600))
+
+    forget_all_binaries()
+    looked_up = full_paths(monkeypatch)
+    (loaded,) = load([str(manifest)])
+    assert len(looked_up) == loaded.binaries == len(entries)
+
+
+def test_a_triton_setting_or_jitkern_setting_is_another_deployment(deployment, monkeypatch):
+    manifest, _entries, _calls = deployment
+    fingerprint = load_memo.deployment_fingerprint([str(manifest)])
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert load_memo.deployment_fingerprint([str(manifest)]) != fingerprint
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+    with settings.scope(lock_digest="0" * 64):
+        assert load_memo.deployment_fingerprint([str(manifest)]) != fingerprint
+    assert load_memo.deployment_fingerprint([str(manifest)]) == fingerprint
+
+
+def damage_binary(entry):
+    (binary,) = entry.glob("*.cubin")
+    binary.write_bytes(binary.read_bytes()[:100])
+
+
+def damage_an_ir_file(entry):
+    (ptx,) = entry.glob("*.ptx")
+    ptx.unlink()
+
+
+@pytest.mark.parametrize("damage", [damage_binary, damage_an_ir_file])
+def test_an_entry_damaged_since_the_memo_is_never_loaded(deployment, damage):
+    """The memo's path checks each entry as the cache manager does; on a problem the full
+    path runs and names the key, as it would without a memo."""
+    manifest, entries, _calls = deployment
+    load([str(manifest)])
+    victim = sorted(entries, key=str)[0]
+    damage(entries[victim])
+    forget_all_binaries()
+    with pytest.raises(MissingBinary, match=rf"{AXPY}\[{key_name(victim)}\]"), pytest.warns(DamagedCacheEntry):
+        load([str(manifest)])
+    assert victim.layout not in registry.get_kernel(AXPY)._binaries.get(victim.key, {})
+
+
+def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, triton_cache):
+    manifest, entries, _calls = deployment
+    plan, _note = resolve([str(manifest)], "cuda:90")
+    _path, digest = write_lock(str(triton_cache), build_lock(plan.tasks()).lock)
+    with settings.scope(lock_digest=digest):
+        load([str(manifest)])
+        victim = sorted(entries, key=str)[0]
+        (ptx,) = entries[victim].glob("*.ptx")
+        text = ptx.read_bytes()
+        ptx.write_bytes(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))  # same size, other bytes
+        forget_all_binaries()
+        with pytest.raises(MissingBinary, match="does not match the lock"), pytest.warns(DamagedCacheEntry):
+            load([str(manifest)])
