@@ -19,12 +19,14 @@ def settle_cache_key(jit_function: Any) -> None:
     if not hasattr(jit_function, "cache_key") or not hasattr(jit_function, "used_global_vals"):
         return  # the interpreter's functions have no cache key
     functions = _jit_helpers(jit_function)
-    previous = None
-    while previous != jit_function.cache_key:
-        previous = jit_function.cache_key
+    helpers_settled = all(function.hash is not None and function.hash == getattr(function, "_jitkern_settled_key", None)
+                          for function in functions if function is not jit_function)
+    previous, key = None, jit_function.cache_key  # with every helper settled, the first key is final
+    while key != previous and not helpers_settled:
         for function in functions:
             if function.hash != getattr(function, "_jitkern_settled_key", None):  # a settled key is final
                 function.hash = None
+        previous, key = key, jit_function.cache_key
     for function in functions:
         function._jitkern_settled_key = function.hash
 
