@@ -17,8 +17,9 @@ such as each pointer's alignment.
 
 So the same bad inputs raise the same errors (a call that raised records nothing), and
 nothing reads device memory. A call is never recorded, and always runs in full, when an
-argument is of another kind (a list, a float subclass), when a tensor is not on a GPU
-(value checks run on every CPU call), when a launch had no direct launch, when a launch
+argument is of another kind (a list, a float subclass), when two arguments are the same
+tensor or float (a plan could not tell which one a launch took), when a tensor is not on
+a GPU (value checks run on every CPU call), when a launch had no direct launch, when a launch
 holds a tensor or float that is not an argument itself (a view made inside, a float
 computed from one), or when the function returns a tensor it made. The contract: the
 function's checks and its launchers read only what the signature holds (not tensor
@@ -150,6 +151,8 @@ def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] 
     arguments = [f"v{i}" for i in range(len(values))]
     by_identity = {id(value): arguments[i] for i, value in enumerate(values)
                    if isinstance(value, _TENSOR) or type(value) is float}
+    if len(by_identity) < sum(isinstance(value, _TENSOR) or type(value) is float for value in values):
+        return None  # an argument passed twice: another call's launches could not tell which it meant
     returned = "None" if result is None else by_identity.get(id(result))
     if returned is None:
         return None  # a tensor made inside (an output allocated per call)

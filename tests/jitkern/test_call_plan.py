@@ -137,3 +137,13 @@ def test_cpu_tensors_are_never_planned():
     for _ in range(3):
         axpy(x, y, 2.0, out)
     assert not planned(axpy)
+
+
+def test_a_call_passing_one_tensor_twice_is_not_planned(launcher_calls):
+    x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+    for _ in range(3):
+        axpy(x, x, 2.0, out)  # a plan would not know whether a launch took x or y
+    assert not planned(axpy)
+    launcher_calls.clear()
+    axpy(x, y, 2.0, out)
+    assert launcher_calls[-1][1][:2] == (x.data_ptr(), y.data_ptr())
