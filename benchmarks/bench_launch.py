@@ -37,16 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` and our packages import from the repo
 
 
-def recorded_launches(function: Callable, args: tuple) -> list:
-    """Call ``function`` and return the (kernel, spec) of each launch it made."""
+def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> list:
+    """Call ``function`` and return the (kernel, spec) of each launch it made (not its torch steps)."""
     from jitkern import call_plan
 
     call_plan._recording.launches = launches = []
     try:
-        function(*args)
+        function(*args, **kwargs)
     finally:
         call_plan._recording.launches = None
-    return launches
+    return [launch for launch in launches if not isinstance(launch, call_plan.TorchStep)]
 
 
 def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,
@@ -117,8 +117,8 @@ def main() -> None:
     sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
     with dry_run_gpu() if args.dry_run else contextlib.nullcontext():
         launch_rows, call_rows, seen = [], [], set()
-        for function, call_args in launch_samples.public_calls(device):
-            launches = recorded_launches(function, call_args)
+        for function, call_args, call_kwargs in launch_samples.public_calls(device):
+            launches = recorded_launches(function, call_args, call_kwargs)
             bare_ways = []
             for kernel, spec in launches:
                 ways = three_ways(kernel, spec, args.every_layout)
@@ -127,11 +127,12 @@ def main() -> None:
                     seen.add(kernel.name)
                     launch_rows.append((kernel.name, *host_microseconds(list(ways), args.launches, args.repeats,
                                                                          sync)))
-            call_way = lambda function=function, call_args=call_args: function(*call_args)  # noqa: E731
+            call_way = lambda function=function, a=call_args, k=call_kwargs: function(*a, **k)  # noqa: E731
             call_us, *bare_us = host_microseconds([call_way, *bare_ways], args.launches, args.repeats, sync)
             kernels = "+".join(kernel.name.split(".")[-1] for kernel, _ in launches)
-            call_rows.append((f"{function.__module__.split('.')[0]}.{function.__name__} ({kernels})", call_us,
-                              sum(bare_us)))
+            keywords = "".join(f", {name}=" for name in call_kwargs)  # "(..., out=)": another row of the function
+            call_rows.append((f"{function.__module__.split('.')[0]}.{function.__name__}"
+                              f"{f'(...{keywords})' if keywords else ''} ({kernels})", call_us, sum(bare_us)))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 
     header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"

@@ -1,8 +1,9 @@
 """Small, realistic calls of every shipped kernel, for launch-cost benchmarks and checks.
 
-``public_calls(device)`` lists a call of each public function with deployment-shaped
-inputs (batch 64 decode and verify, prefill chunks of 200 and 300 tokens), which ``drive_all``
-makes; ``decode_step`` builds one decode step of every package for CUDA-graph timing.
+``public_calls(device)`` lists a call of each public function, as (function, args, kwargs),
+with deployment-shaped inputs (batch 64 decode and verify, prefill chunks of 200 and 300
+tokens, ``build_prefill_groups`` with and without ``out=``), which ``drive_all`` makes;
+``decode_step`` builds one decode step of every package for CUDA-graph timing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ BATCH, SPAN, BLOCK_SIZE, DRAFT_TOKENS = 64, 512, 256, 3
 
 def axpy_call(device: str):
     x = torch.randn(4096, device=device)
-    return axpy, (x, torch.randn_like(x), 2.0, torch.empty_like(x))
+    return axpy, (x, torch.randn_like(x), 2.0, torch.empty_like(x)), {}
 
 
 def _rows(tokens: int, device: str):
@@ -47,9 +48,9 @@ def step5_decode(device: str):
 
 
 def step5_calls(device: str) -> list:
-    """(public function, arguments) of decode and verify at batch 64, and two prefill chunks:
-    200 tokens (three launches) and 300 (two: ``step5.ops.prefill_fused``)."""
-    calls = [(step5_ops.update_decode, step5_decode(device))]
+    """(public function, arguments, keyword arguments) of decode and verify at batch 64, and
+    two prefill chunks: 200 tokens (three launches) and 300 (two: ``step5.ops.prefill_fused``)."""
+    calls = [(step5_ops.update_decode, step5_decode(device), {})]
 
     ring, mean = _step5_state(device)
     q = 1 + DRAFT_TOKENS
@@ -60,7 +61,7 @@ def step5_calls(device: str) -> list:
     slots = (torch.arange(BATCH).repeat_interleave(q) * SPAN + positions).to(device)
     query_start_loc = (torch.arange(BATCH + 1, dtype=torch.int32) * q).to(device)
     calls.append((step5_ops.update_verify, (key, z, slots, query_start_loc, seq_lens.to(device),
-                                            ring.metadata().base[:BATCH * q], mean, ring.rows, ring.capacity)))
+                                            ring.metadata().base[:BATCH * q], mean, ring.rows, ring.capacity), {}))
 
     for chunk in (200, 300):  # three launches below 256 tokens, two from there (step5.ops.prefill_fused)
         ring, mean = _step5_state(device)
@@ -73,9 +74,11 @@ def step5_calls(device: str) -> list:
         metadata = step5_ops.build_prefill_groups(*group_args)
         key, z = _rows(chunk, device)
         ring_metadata = ring.metadata()
-        calls.append((step5_ops.build_prefill_groups, group_args))
+        calls.append((step5_ops.build_prefill_groups, group_args, {}))
+        calls.append((step5_ops.build_prefill_groups, group_args, {"out": torch.empty_like(metadata)}))
         calls.append((step5_ops.update_prefill, (key, z, metadata, positions, ring_metadata.base[:chunk],
-                                                 ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity)))
+                                                 ring_metadata.slot_mapping[:chunk], mean, ring.rows, ring.capacity),
+                      {}))
     return calls
 
 
@@ -99,7 +102,8 @@ def dsv4_decode(device: str, head_dim: int = 512, compress_ratio: int = 4):
 
 
 def dsv4_calls(device: str) -> list:
-    """(public function, arguments) of the store, the compressor and the two fused, at ratios 4 and 128."""
+    """(public function, arguments, keyword arguments) of the store, the compressor and the two
+    fused, at ratios 4 and 128."""
     calls = []
     for compress_ratio in (4, 128):
         store, compress = dsv4_decode(device, compress_ratio=compress_ratio)
@@ -107,20 +111,20 @@ def dsv4_calls(device: str) -> list:
         _, block_table, _, requests, out, _, head_dim, _ = compress
         fused = (kv, score, ape, positions, state_cache, slots, block_table, requests, out, compress_ratio, head_dim,
                  block_size, width)  # the two in one launch
-        calls += [(deepseek_v4.save_partial_states, store), (deepseek_v4.compress_windows, compress),
-                  (deepseek_v4.decode_step, fused)]
+        calls += [(deepseek_v4.save_partial_states, store, {}), (deepseek_v4.compress_windows, compress, {}),
+                  (deepseek_v4.decode_step, fused, {})]
     return calls
 
 
 def public_calls(device: str) -> list:
-    """(public function, arguments) of a deployment-shaped call of every shipped kernel."""
+    """(public function, arguments, keyword arguments) of a deployment-shaped call of every shipped kernel."""
     return [axpy_call(device), *step5_calls(device), *dsv4_calls(device)]
 
 
 def drive_all(device: str) -> None:
     """Call every public function once (compiling what the cache lacks)."""
-    for function, args in public_calls(device):
-        function(*args)
+    for function, args, kwargs in public_calls(device):
+        function(*args, **kwargs)
 
 
 def decode_step(device: str = "cuda"):

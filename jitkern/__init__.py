@@ -1,7 +1,7 @@
 """jitkern: Triton kernels whose every binary is named, enumerated and warmed ahead."""
 
 from jitkern import keys
-from jitkern.call_plan import public_call
+from jitkern.call_plan import public_call, torch_step
 from jitkern.kernel import (
     JitKernel,
     LaunchSpec,
@@ -26,6 +26,7 @@ _targets.install_path_free_amd_key()
 
 __all__ = [
     "public_call",
+    "torch_step",
     "BinaryKey",
     "Layout",
     "JitKernel",

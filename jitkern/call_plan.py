@@ -17,27 +17,39 @@ such as each pointer's alignment.
 
 So the same bad inputs raise the same errors (a call that raised records nothing), and
 nothing reads device memory. A call is never recorded, and always runs in full, when an
-argument is of another kind (a list, a float subclass), when a tensor is not on a GPU
-(value checks run on every CPU call), when a launch had no direct launch, when a launch
-holds a tensor or float that is not an argument itself (a view made inside, a float
-computed from one), or when the function returns a tensor it made. The contract: the
-function's checks and its launchers read only what the signature holds (not tensor
-values, not addresses: alignment is the kernel's layout, checked per launch).
+argument is of another kind (a list, a float subclass), when two arguments are the same
+tensor or float (a plan could not tell which one a launch took), when a tensor is not on
+a GPU (value checks run on every CPU call), when a launch had no direct launch, when a
+launch or step (below) takes a tensor or float that is neither an argument nor an earlier
+step's result (a view made inside, a float computed from one) or a value other than an
+int, bool, str, None, dtype, device or tuple of ints, or when the function returns a
+tensor made otherwise. The contract: the function's checks, its launchers and the values
+its steps take read only what the signature holds (not tensor values, not addresses:
+alignment is the kernel's layout, checked per launch).
+
+Torch work a call needs besides its launches (allocating its output, filling it with -1)
+goes through ``torch_step(fn, *args, **kwargs)``: a plan repeats each step, in the order
+recorded among the launches, with the call's own tensors in place of the recorded ones,
+and may return a step's result (a fresh output per call). Torch work done otherwise does
+not happen in a planned call: a launch or result that takes its tensor keeps the call
+unplanned, and an in-place change it makes would be lost.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from jitkern import settings
+from jitkern.direct_launch import _compiled
 
 _TENSOR = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None)})
+_CONSTANT = frozenset({torch.dtype, torch.device})  # a plan holds these (and tuples of ints) as recorded
 PLANS_PER_CALL = 64  # signatures planned per public function and argument names, last used first
 PLANS_MADE_AT_MOST = 1024  # then a public function plans no more: its signatures do not repeat enough
 SEEN_SIGNATURES = 1024  # signatures called once, remembered to plan their second call
@@ -69,9 +81,19 @@ def input_signature(values: tuple) -> tuple | None:
 
 
 class _Recording(threading.local):
-    """The launches of the public call this thread is recording (``kernel_launcher`` appends)."""
+    """The launches (``kernel_launcher`` appends them) and torch steps, in order, of the
+    public call this thread is recording."""
 
     launches: list | None = None
+
+
+class TorchStep(NamedTuple):
+    """A recorded ``torch_step``: what it called, with what, and what it returned."""
+
+    function: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    result: Any
 
 
 _recording = _Recording()
@@ -82,6 +104,16 @@ def forget_plans() -> None:
     """Drop every plan (a kernel's binaries changed)."""
     for table in _tables:
         table.clear()
+
+
+def torch_step(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)``: torch work of a public call (``torch.empty`` of its
+    output, ``torch.Tensor.fill_``) that its plan repeats with the call's own tensors.
+    ``function`` must not hold per-call values itself (not a tensor's bound method)."""
+    result = function(*args, **kwargs)
+    if _recording.launches is not None:
+        _recording.launches.append(TorchStep(function, args, kwargs, result))
+    return result
 
 
 def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -140,22 +172,21 @@ def _remember(plans: dict, seen: dict, names: Any, values: tuple, launches: list
     return True
 
 
-def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] | None:
-    """Code that checks a call's signature and repeats the recorded launches with its
-    arguments (``_MISS`` for another signature), or None when the call cannot be repeated
-    that way. Each launch goes through its binary's direct launch. When the first refuses
-    (a pointer of another alignment), the code returns ``_REFUSED`` and the call runs in
-    full; a later one that refuses takes its kernel's own path, so that each launch
-    happens exactly once."""
+def _plan(values: tuple, recorded: list, result: Any) -> Callable[[tuple], Any] | None:
+    """Code that checks a call's signature and repeats the recorded steps and launches with
+    its arguments (``_MISS`` for another signature), or None when the call cannot be
+    repeated that way. Each launch goes through its binary's direct launch. When the first
+    thing recorded is a launch that refuses (a pointer of another alignment), the code
+    returns ``_REFUSED`` and the call runs in full; a launch that refuses later takes its
+    kernel's own path, so that each step and launch happens exactly once."""
     arguments = [f"v{i}" for i in range(len(values))]
     by_identity = {id(value): arguments[i] for i, value in enumerate(values)
                    if isinstance(value, _TENSOR) or type(value) is float}
-    returned = "None" if result is None else by_identity.get(id(result))
-    if returned is None:
-        return None  # a tensor made inside (an output allocated per call)
+    if len(by_identity) < sum(isinstance(value, _TENSOR) or type(value) is float for value in values):
+        return None  # an argument passed twice: another call's launches could not tell which it meant
     tensors = [(name, value) for name, value in zip(arguments, values) if isinstance(value, _TENSOR)]
     namespace: dict[str, Any] = {
-        "MISS": _MISS, "REFUSED": _REFUSED, "LaunchSpec": launches[0][1].__class__ if launches else None,
+        "MISS": _MISS, "REFUSED": _REFUSED, "LaunchSpec": None, "NONE": type(None),
         "GUARDS": TensorGuards(*(value for _, value in tensors),
                                dynamic_dims_sizes=[list(value.shape) for _, value in tensors],
                                dynamic_dims_strides=[list(value.stride()) for _, value in tensors]),
@@ -168,35 +199,63 @@ def _plan(values: tuple, launches: list, result: Any) -> Callable[[tuple], Any] 
             namespace[f"PLAIN{i}"] = value
             checks.append(f"type({name}) is {type(value).__name__ if value is not None else 'NONE'}"
                           f" and {name} == PLAIN{i}")
-    namespace["NONE"] = type(None)
     lines = ["def repeat(values):",
              f"    if len(values) != {len(values)}:",
              "        return MISS",
              f"    {''.join(f'{name}, ' for name in arguments)}= values",
              f"    if not ({' and '.join(checks)}):",
              "        return MISS"]
-    for n, (kernel, spec, launched) in enumerate(launches):
-        direct = kernel.direct_launch(spec, launched) if launched is not None else None
-        if direct is None:
-            return None
-        if set(direct.arg_names) != spec.kwargs.keys():
-            return None
-        items = []  # the launch's runtime arguments, in the direct launch's order
-        for name in direct.arg_names:
-            value = spec.kwargs[name]
-            if isinstance(value, _TENSOR) or type(value) is float:
-                if id(value) not in by_identity:
-                    return None
-                items.append(by_identity[id(value)])
-            elif type(value) in _PLAIN:
-                items.append(repr(value))
-            else:
+    for n, entry in enumerate(recorded):
+        if type(entry) is TorchStep:
+            line = _step_line(n, entry, by_identity, namespace)
+            if line is None:
                 return None
+            lines.append(line)
+            if isinstance(entry.result, _TENSOR) or type(entry.result) is float:
+                by_identity[id(entry.result)] = f"s{n}"
+            continue
+        kernel, spec, launched = entry
+        direct = kernel.direct_launch(spec, launched) if launched is not None else None
+        if direct is None or set(direct.arg_names) != spec.kwargs.keys():
+            return None
+        items = [_source(spec.kwargs[name], by_identity, namespace) for name in direct.arg_names]
+        if None in items:
+            return None
         namespace.update({f"LAUNCH{n}": direct.launch_guarded, f"GRID{n}": tuple(spec.grid), f"KERNEL{n}": kernel,
-                          f"KEY{n}": spec.key, f"NAMES{n}": direct.arg_names})
+                          f"KEY{n}": spec.key, f"NAMES{n}": direct.arg_names, "LaunchSpec": type(spec)})
         lines += [f"    if not LAUNCH{n}(GRID{n}, {', '.join(items)}):",
                   "        return REFUSED" if n == 0 else
                   f"        KERNEL{n}.launch(LaunchSpec(GRID{n}, dict(zip(NAMES{n}, ({', '.join(items)},))), KEY{n}))"]
+    returned = "None" if result is None else by_identity.get(id(result))
+    if returned is None:
+        return None  # a tensor made outside a step
     lines.append(f"    return {returned}")
-    exec(compile("\n".join(lines), "<public call plan>", "exec"), namespace)
+    exec(_compiled("\n".join(lines), "<public call plan>"), namespace)  # plans of one shape share their code
     return namespace["repeat"]
+
+
+def _step_line(n: int, step: TorchStep, by_identity: dict, namespace: dict) -> str | None:
+    """The plan's line repeating ``step``, its result named ``s{n}``; None when it cannot."""
+    if isinstance(getattr(step.function, "__self__", None), _TENSOR):
+        return None  # a tensor's bound method: the recorded tensor itself
+    items = [_source(value, by_identity, namespace) for value in (*step.args, *step.kwargs.values())]
+    if None in items:
+        return None
+    items[len(step.args):] = [f"{name}={item}" for name, item in zip(step.kwargs, items[len(step.args):])]
+    namespace[f"STEP{n}"] = step.function
+    return f"    s{n} = STEP{n}({', '.join(items)})"
+
+
+def _source(value: Any, by_identity: dict, namespace: dict) -> str | None:
+    """How a plan writes a recorded launch's or step's argument: the call's argument or the
+    earlier step's result it is (a tensor, a float), or the constant it is; None for
+    anything else (a tensor made otherwise, a float computed inside, another kind)."""
+    if isinstance(value, _TENSOR) or type(value) is float:
+        return by_identity.get(id(value))
+    if type(value) in _PLAIN:
+        return repr(value)
+    if type(value) in _CONSTANT or type(value) in (tuple, torch.Size) and all(type(item) is int for item in value):
+        name = f"CONSTANT{len(namespace)}"
+        namespace[name] = value
+        return name
+    return None

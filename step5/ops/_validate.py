@@ -77,3 +77,15 @@ def check_ring(ring, capacity, draft_tokens: int) -> None:
         raise ValueError(f"capacity: {capacity} ring rows per request is less than 7 + {draft_tokens} (draft tokens)")
     if ring.shape[0] < capacity:
         raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
+
+
+def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device, layout: str) -> None:
+    """A caller's output tensor: ``dtype`` and ``shape`` exactly (``layout`` names the shape
+    in the error), contiguous (the kernels write it by row), on the inputs' ``device``."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tuple(tensor.shape) != shape:
+        raise ValueError(f"{name}: expected {str(dtype).removeprefix('torch.')} {layout} = {shape}, "
+                         f"got {_describe(tensor)}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous, got strides {tuple(tensor.stride())}")
+    if tensor.device != device:
+        raise ValueError(f"{name}: on {tensor.device}, expected {device} like the other inputs")

@@ -16,9 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel
-from jitkern.call_plan import public_call
-from jitkern import kernel_launcher, keys
+from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys
+from jitkern.call_plan import public_call, torch_step
 from step5.ops._rows import (
     _check_deployment,
     _dtype_name,
@@ -32,7 +31,8 @@ from step5.ops._rows import (
 )
 from step5.ops._summary_math import (_loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region,
                                      target_paths)
-from step5.ops._validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_same_device
+from step5.ops._validate import (SIZE_LIMIT, check_index, check_mean, check_out, check_ring, check_rows,
+                                 check_same_device)
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 # ptxas register cap (None: ptxas decides). Prefill is a throughput kernel: ptxas picks 128
@@ -337,7 +337,8 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
         )
 
 
-def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Tensor:
+@public_call
+def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None) -> torch.Tensor:
     """The step's closed regions, listed on the device with no host synchronisation.
 
     Returns int32 ``[tokens // 8 + 2 * requests, 3]``: ``tokens // 8 + requests`` group rows
@@ -345,11 +346,14 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     end, 0]`` naming its last (at most 7) tokens, the only ones whose rows the ring may
     store; ``-1`` rows unused. Pass it to ``update_prefill`` of the same step unchanged.
     Assumes each request's tokens in the step are contiguous, in request order, with
-    consecutive positions (chunked prefill), and KV slots below 2**31.
+    consecutive positions (chunked prefill), and KV slots below 2**31. ``out``, a
+    contiguous int32 tensor of that shape on the inputs' device, is written and returned
+    instead of a new tensor (its bytes are the same).
 
     Steps that ``update_prefill`` takes in one launch (``prefill_fused.two_launches``:
     at least 256 tokens, at most 33 requests) get the same rows from one kernel that
     writes every row (no fill), and request rows ``[first, end, request's first token]``.
+    The allocation and the fill are ``torch_step``s, so that a planned call repeats them.
     """
     if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
@@ -360,15 +364,21 @@ def build_prefill_groups(slots, positions, owners, query_start_loc) -> torch.Ten
     check_index("query_start_loc", query_start_loc, None)
     if query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
-    check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
+    device = check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
     requests = query_start_loc.shape[0] - 1
+    shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
+    if out is not None:
+        check_out("out", out, torch.int32, shape, device, "[tokens // 8 + 2 * requests, 3]")
     from step5.ops import prefill_fused  # (imported here: an import above would move the kernels' lines)
 
     if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
-        groups = torch.empty((tokens // 8 + 2 * requests, GROUP_COLUMNS), dtype=torch.int32, device=slots.device)
+        groups = out if out is not None else torch_step(torch.empty, shape, dtype=torch.int32, device=device)
         return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
-                                                             prefill_fused.launch_pdl(slots.device))
-    groups = torch.full((tokens // 8 + 2 * requests, GROUP_COLUMNS), -1, dtype=torch.int32, device=slots.device)
+                                                             prefill_fused.launch_pdl(device))
+    if out is not None:
+        groups = torch_step(torch.Tensor.fill_, out, -1)
+    else:
+        groups = torch_step(torch.full, shape, -1, dtype=torch.int32, device=device)
     if tokens:
         BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
     return groups

@@ -38,25 +38,37 @@ def planned(function) -> int:
     return sum(len(plans) for plans in function.plans.values())
 
 
+def launched(function, args, kwargs, launcher_calls) -> tuple:
+    """The call's result, and its launches with the address of a result it made (not an
+    argument: a fresh tensor each call) written as "result"."""
+    launcher_calls.clear()
+    result = function(*args, **kwargs)
+    made = isinstance(result, torch.Tensor) and all(result is not value for value in (*args, *kwargs.values()))
+    address = result.data_ptr() if made else None
+    return result, [(grid, tuple("result" if value == address else value for value in values))
+                    for grid, values in launcher_calls]
+
+
 def test_every_shipped_public_call_repeats_the_launches_of_its_full_call(launcher_calls, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from benchmarks import launch_samples
 
-    for function, args in launch_samples.public_calls("cpu"):
-        if not hasattr(function, "plans"):
-            continue  # build_prefill_groups returns a tensor it makes: always a full call
-        function(*args)
-        launcher_calls.clear()
-        function(*args)  # the second full call of this signature plans it
-        full = list(launcher_calls)
-        assert planned(function), function.__name__
-        launcher_calls.clear()
+    for function, args, kwargs in launch_samples.public_calls("cpu"):
+        name = f"{function.__name__}(**{list(kwargs)})"
+        function(*args, **kwargs)
+        full_result, full = launched(function, args, kwargs, launcher_calls)  # the second full call plans it
+        assert planned(function), name
         checks = []
         with monkeypatch.context() as patch:  # a full call would ask for its signature
             patch.setattr(call_plan, "input_signature", lambda values: checks.append(1))
-            function(*args)
-        assert not checks, f"{function.__name__}: ran in full"
-        assert launcher_calls == full and full, function.__name__
+            result, repeated = launched(function, args, kwargs, launcher_calls)
+        assert not checks, f"{name}: ran in full"
+        assert repeated == full and full, name
+        if full_result is None or any(full_result is value for value in (*args, *kwargs.values())):
+            assert result is full_result, name
+        else:  # made per call: a new tensor like the full call's
+            assert result is not full_result and (result.dtype, result.shape, result.stride()) == \
+                (full_result.dtype, full_result.shape, full_result.stride()), name
 
 
 def test_inputs_outside_the_plan_run_in_full_and_fail_as_before(launcher_calls):
@@ -137,3 +149,93 @@ def test_cpu_tensors_are_never_planned():
     for _ in range(3):
         axpy(x, y, 2.0, out)
     assert not planned(axpy)
+
+
+def test_a_call_passing_one_tensor_twice_is_not_planned(launcher_calls):
+    x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+    for _ in range(3):
+        axpy(x, x, 2.0, out)  # a plan would not know whether a launch took x or y
+    assert not planned(axpy)
+    launcher_calls.clear()
+    axpy(x, y, 2.0, out)
+    assert launcher_calls[-1][1][:2] == (x.data_ptr(), y.data_ptr())
+
+
+def _group_inputs(tokens: int) -> tuple:
+    """``build_prefill_groups``' inputs for one request of ``tokens`` tokens: below 256 the fill
+    and one launch (none for 0 tokens), from 256 one launch that writes every row."""
+    return (torch.arange(tokens), torch.arange(tokens), torch.zeros(tokens, dtype=torch.int32),
+            torch.tensor([0, tokens], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("tokens", [0, 40, 300])
+def test_a_planned_call_makes_its_output_anew_each_time(launcher_calls, tokens):
+    from step5.ops.prefill import build_prefill_groups
+
+    results = [build_prefill_groups(*_group_inputs(tokens)) for _ in range(4)]
+    assert planned(build_prefill_groups)
+    assert len({id(result) for result in results}) == 4
+    assert all(result.shape == (tokens // 8 + 2, 3) and result.dtype == torch.int32 for result in results)
+    if tokens < 256:  # the dry run launches nothing: the fill is all there is, repeated by the plan
+        assert all(bool((result == -1).all()) for result in results)
+
+
+@pytest.mark.parametrize("tokens", [0, 40, 300])
+def test_a_planned_call_with_out_writes_and_returns_that_out(launcher_calls, tokens):
+    from step5.ops.prefill import build_prefill_groups
+
+    inputs = _group_inputs(tokens)
+    outs = [torch.full((tokens // 8 + 2, 3), 0x7F7F7F7F, dtype=torch.int32) for _ in range(4)]
+    for out in outs:  # a new out each call: the plan takes the call's own
+        launcher_calls.clear()
+        assert build_prefill_groups(*inputs, out=out) is out
+        groups = [getattr(values[4], "data_ptr", lambda: values[4])() for _, values in launcher_calls]
+        assert groups == ([out.data_ptr()] if tokens else [])
+    assert planned(build_prefill_groups)
+    if tokens < 256:
+        assert all(bool((out == -1).all()) for out in outs)
+
+
+def test_a_bad_out_fails_alike_whether_or_not_the_call_was_planned(launcher_calls):
+    from step5.ops.prefill import build_prefill_groups
+
+    inputs, rows = _group_inputs(40), 40 // 8 + 2
+    good = torch.empty(rows, 3, dtype=torch.int32)
+    bad = {"dtype": torch.empty(rows, 3, dtype=torch.int64), "shape": torch.empty(rows + 1, 3, dtype=torch.int32),
+           "contiguous": torch.empty(3, rows, dtype=torch.int32).t(), "device": good.to("meta"), "kind": [0] * 3}
+
+    def errors() -> dict:
+        messages = {}
+        for name, out in bad.items():
+            with pytest.raises(ValueError, match="^out: ") as raised:
+                build_prefill_groups(*inputs, out=out)
+            messages[name] = str(raised.value)
+        return messages
+
+    unplanned = errors()
+    for _ in range(2):
+        build_prefill_groups(*inputs, out=good)
+    assert planned(build_prefill_groups)
+    for _ in range(3):  # a bad call is never planned: it raises every time
+        assert errors() == unplanned
+    assert unplanned["shape"] == f"out: expected int32 [tokens // 8 + 2 * requests, 3] = ({rows}, 3), got int32 " \
+        f"({rows + 1}, 3) on cpu" and "got int64" in unplanned["dtype"] and "got list" in unplanned["kind"]
+    assert "contiguous" in unplanned["contiguous"] and "meta" in unplanned["device"]
+
+
+def _copy_of_ones(x, out, step_makes_ones: bool):
+    ones = call_plan.torch_step(torch.ones_like, x) if step_makes_ones else torch.ones_like(x)
+    return call_plan.torch_step(torch.Tensor.copy_, out, ones)
+
+
+def test_a_step_taking_a_tensor_that_no_argument_or_step_gave_is_never_planned(launcher_calls):
+    made_by_step = call_plan.public_call(lambda x, out: _copy_of_ones(x, out, True))
+    made_outside = call_plan.public_call(lambda x, out: _copy_of_ones(x, out, False))
+    bound_method = call_plan.public_call(lambda x, out: call_plan.torch_step(out.zero_))
+    for function in (made_by_step, made_outside, bound_method):
+        for _ in range(3):
+            x, out = torch.randn(8), torch.empty(8)
+            assert function(x, out) is out
+            assert bool((out == (0 if function is bound_method else 1)).all())
+    assert planned(made_by_step) == 1
+    assert not planned(made_outside) and not planned(bound_method)

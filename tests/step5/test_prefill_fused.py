@@ -104,6 +104,25 @@ def test_the_filled_build_writes_every_row_of_the_fill_and_scatter_build(request
         assert torch.equal(filled[groups:, 2], torch.where(listed, starts[:-1].to(filled.device), -1))
 
 
+@pytest.mark.parametrize("two, requests, max_chunk, padding, dtypes, strided", [
+    (False, 7, 30, 3, (I64, I32, I32), True),  # below 256 tokens: torch's fill, then the scatter build
+    (False, 40, 30, 0, (I32, I32, I64), False),  # more requests than the filled build takes
+    (True, 33, 40, 5, (I32, I64, I32), False),  # the most requests the filled build takes
+    (True, 1, 700, 0, (I64, I64, I32), True),
+])
+def test_out_gets_the_bytes_of_the_allocating_call(two, requests, max_chunk, padding, dtypes, strided):
+    """``out=``, poisoned first, ends as the tensor ``build_prefill_groups`` allocates, on
+    either path (``two``: the filled build, which writes every row; else the fill)."""
+    for _ in range(3):
+        inputs = _group_inputs(requests, max_chunk, padding, dtypes, strided)
+        while prefill_fused.two_launches(inputs[0].shape[0], requests) != two:
+            inputs = _group_inputs(requests, max_chunk, padding, dtypes, strided)
+        expected = build_prefill_groups(*inputs)
+        out = torch.full_like(expected, 0x7F7F7F7F)
+        assert build_prefill_groups(*inputs, out=out) is out
+        assert torch.equal(out, expected), "rows differ from the allocating call's"
+
+
 # --- whole steps: two launches, three launches, the reference ------------------------------------
 
 
