@@ -45,7 +45,7 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from jitkern import settings
-from jitkern.direct_launch import _compiled
+from jitkern.direct_launch import generated_code
 
 _TENSOR = torch.Tensor
 _PLAIN = frozenset({int, bool, str, type(None)})
@@ -230,7 +230,7 @@ def _plan(values: tuple, recorded: list, result: Any) -> Callable[[tuple], Any] 
     if returned is None:
         return None  # a tensor made outside a step
     lines.append(f"    return {returned}")
-    exec(_compiled("\n".join(lines), "<public call plan>"), namespace)  # plans of one shape share their code
+    exec(generated_code("\n".join(lines), "<public call plan>"), namespace)  # plans of one shape share their code
     return namespace["repeat"]
 
 

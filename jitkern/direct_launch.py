@@ -212,7 +212,7 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
         namespace[dtype] = getattr(torch, dtype.removeprefix("torch_"))
     if recipe["guarded"]:
         namespace["GUARDS"] = TensorKinds(recipe["guarded"], active)
-    exec(_compiled(recipe["source"], f"<direct launch of {binary.name}>"), namespace)
+    exec(generated_code(recipe["source"], f"<direct launch of {binary.name}>"), namespace)
     return DirectLaunch(binary, namespace["launch"], recipe["source"], namespace["launch_guarded"],
                         recipe["arg_names"], recipe)
 
@@ -220,7 +220,7 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
 _code_by_source: dict[str, Any] = {}
 
 
-def _compiled(source: str, filename: str) -> Any:
+def generated_code(source: str, filename: str) -> Any:
     """The code of a generated source: binaries of one kernel often share it (the names in
     it are bound per binary), and compiling it was half of preparing a binary at load.
     ``jitkern.load_memo`` hands in the code an earlier process compiled (``known_code``)."""
@@ -236,7 +236,7 @@ def known_code(sources: list[str] | None = None, codes: dict[str, Any] | None = 
     """The compiled code of each of ``sources``; with ``codes``, take those as compiled."""
     if codes:
         _code_by_source.update(codes)
-    return {source: _compiled(source, "<generated>") for source in sources or ()}
+    return {source: generated_code(source, "<generated>") for source in sources or ()}
 
 
 def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
@@ -407,7 +407,7 @@ def layout_picker_recipe(jit_function: Any, candidates: list[dict[str, Any]]) ->
         f"    return TABLE.get({signature})",
     ])
     namespace: dict[str, Any] = {}
-    exec(_compiled(source, f"<layout picker of {jit_function.__name__}>"), namespace)
+    exec(generated_code(source, f"<layout picker of {jit_function.__name__}>"), namespace)
     return {"source": source, "classes": tuple(namespace["classify"](kwargs) for kwargs in candidates),
             "name": jit_function.__name__}
 
@@ -416,7 +416,7 @@ def bind_layout_picker(recipe: dict[str, Any], launches: list[Callable[[dict, tu
                        ) -> Callable[[dict], Callable[[dict, tuple], bool] | None]:
     """The picker of ``recipe``, naming ``launches`` (in its candidates' order)."""
     namespace: dict[str, Any] = {"TABLE": {}}
-    exec(_compiled(recipe["source"], f"<layout picker of {recipe['name']}>"), namespace)
+    exec(generated_code(recipe["source"], f"<layout picker of {recipe['name']}>"), namespace)
     for signature, launch in zip(recipe["classes"], launches):
         namespace["TABLE"].setdefault(signature, launch)
     pick = namespace["pick"]

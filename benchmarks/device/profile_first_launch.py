@@ -1,8 +1,8 @@
 """Where a fresh serving process's first public calls go after ``load()`` (issue 16: the
 first launch within 0.2 ms). Loads every shipped manifest (from the load memo when
 ``JITKERN_STATE_DIR`` holds one), then times the first, second and third ``axpy`` call of
-one signature (host time, then with a synchronise), and profiles the same three calls of
-another signature (another dtype: another binary, also never launched before).
+each of three signatures, each of another binary never launched before (host time, then
+with a synchronise), and profiles the first call of a fourth signature.
 
     python3 benchmarks/device/profile_first_launch.py
 """
@@ -34,20 +34,22 @@ def arguments(dtype):
     return x, torch.randn_like(x), 2.0, torch.empty_like(x)
 
 
-timed, profiled = arguments(torch.float32), arguments(torch.float16)
 torch.cuda.synchronize()
-for call in ("first", "second", "third"):
-    start = clock()
-    axpy(*timed)
-    host = clock()
+for dtype in (torch.float32, torch.float16, torch.bfloat16):  # three binaries, none launched before
+    call_arguments = arguments(dtype)
     torch.cuda.synchronize()
-    print(f"{call} call: host {1e3 * (host - start):.3f} ms, with the synchronise {1e3 * (clock() - start):.3f} ms")
-for call in ("first", "second", "third"):
-    profiler = Profile()
-    profiler.enable()
-    axpy(*profiled)
-    profiler.disable()
-    torch.cuda.synchronize()
-    out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(14)
-    print(f"--- profile of the {call} call of another signature\n" + out.getvalue()[-2600:])
+    for call in ("first", "second", "third"):
+        start = clock()
+        axpy(*call_arguments)
+        host = clock()
+        torch.cuda.synchronize()
+        print(f"{str(dtype):15} {call} call: host {1e3 * (host - start):.3f} ms, "
+              f"with the synchronise {1e3 * (clock() - start):.3f} ms")
+profiled = arguments(torch.float32)[:2] + (3.0, torch.empty(1 << 19, device="cuda"))  # another signature
+profiler = Profile()
+profiler.enable()
+axpy(profiled[0][: 1 << 19], profiled[1][: 1 << 19], 3.0, profiled[3])
+profiler.disable()
+out = io.StringIO()
+pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+print("--- profile of the first call of a fourth signature\n" + out.getvalue()[-2400:])
