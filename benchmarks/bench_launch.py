@@ -46,7 +46,8 @@ def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> list:
         function(*args, **kwargs)
     finally:
         call_plan._recording.launches = None
-    return [launch for launch in launches if not isinstance(launch, call_plan.TorchStep)]
+    return [(kernel, spec) for kernel, spec, _launched in (launch for launch in launches
+                                                         if not isinstance(launch, call_plan.TorchStep))]
 
 
 def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,
