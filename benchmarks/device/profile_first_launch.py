@@ -4,7 +4,7 @@ first launch within 0.2 ms). Loads every shipped manifest (from the load memo wh
 each of three signatures, each of another binary never launched before (host time, then
 with a synchronise), and profiles the first call of a fourth signature.
 
-    python3 benchmarks/device/profile_first_launch.py
+    python3 benchmarks/device/profile_first_launch.py [--profile-first]
 """
 
 import glob
@@ -35,6 +35,14 @@ def arguments(dtype):
 
 
 torch.cuda.synchronize()
+if "--profile-first" in sys.argv:  # the process's very first call, profiled (slower, but where it goes)
+    profiler = Profile()
+    profiler.enable()
+    axpy(*arguments(torch.float32))
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
+    print("--- profile of the process's first call\n" + out.getvalue()[-3000:])
 for dtype in (torch.float32, torch.float16, torch.bfloat16):  # three binaries, none launched before
     call_arguments = arguments(dtype)
     torch.cuda.synchronize()
