@@ -217,10 +217,20 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
         "hash": binary.hash, "folder": os.path.basename(os.path.dirname(group[metadata])),
         "metadata": metadata, "binary": binary_file,
         "signature": src.signature, "constexprs": src.constants, "attrs": src.attrs, "recipe": direct.recipe,
+        "files": dict(group), "stats": _entry_stats(group, metadata),
     }
     if marshal.loads(marshal.dumps(record)) != record:
         raise NotRemembered(name)
     return record
+
+
+def _entry_stats(files: dict[str, str], metadata: str) -> list[tuple]:
+    """The stat fingerprints of a cache entry's group file and files. Equal to those of an
+    entry the cache manager checked whole (and against the trusted lock, which the
+    deployment's fingerprint names), the files are the ones it checked: a file replaced or
+    rewritten in place changes its inode or ctime."""
+    folder = os.path.dirname(files[metadata])
+    return file_stats([os.path.join(folder, f"__grp__{metadata}"), *sorted(files.values())])
 
 
 def _encode_key(key: Any) -> tuple:
@@ -254,6 +264,9 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
     registry.import_modules(memo["modules"])
     found = []
     for record in memo["binaries"]:
+        if _entry_stats(record["files"], record["metadata"]) == record["stats"]:  # as checked when recorded
+            found.append((record, record["files"]))
+            continue
         state = lookup_entry(record["folder"], record["metadata"])
         if not state.usable:
             return None
