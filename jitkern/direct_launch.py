@@ -10,6 +10,7 @@ calls the compiled launcher.
 from __future__ import annotations
 
 import functools
+import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -92,7 +93,7 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
     for j, (name, _) in enumerate(jit_function.used_global_vals):
         unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
     on_cuda = active.get_active_torch_device().type == "cuda"
-    loads, checks, values, launch_args = [], [], [], []
+    checks, values, launch_args = [], [], []
     i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
     tensor_checks, pointers, guarded = [], [], []  # tensors: class, dtype and device checked together
     arguments = []  # (variable, argument name) of each runtime argument
@@ -102,7 +103,6 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
             launch_args.append(f"c{i}")
             continue
         arg, value = f"a{i}", kwargs[param.name]
-        loads.append(f"{arg} = kwargs[{param.name!r}]")
         arguments.append((arg, param.name))
         values.append(arg)
         specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
@@ -157,7 +157,8 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
         f"    if len(kwargs) != {len(kwargs)} or {state_check}:",
         "        return False",
         "    try:",
-        *(f"        {line}" for line in loads),
+        f"        {''.join(f'{arg}, ' for arg, _ in arguments)}= GET(kwargs)  # one C call: operator.itemgetter"
+        if arguments else "        pass",
         "    except KeyError:",
         "        return False",
         *(f"    {line}" for line in tensor_guard),
@@ -208,6 +209,9 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
     for i, param in enumerate(jit_function.params):
         if param.name in constants:
             namespace[f"c{i}"] = constants[param.name]
+    names = recipe["arg_names"]
+    if names:  # the runtime arguments, as a tuple: operator.itemgetter gives one value alone
+        namespace["GET"] = operator.itemgetter(*names) if len(names) > 1 else lambda kwargs: (kwargs[names[0]],)
     for dtype in recipe["dtypes"]:  # torch_bfloat16
         namespace[dtype] = getattr(torch, dtype.removeprefix("torch_"))
     if recipe["guarded"]:
