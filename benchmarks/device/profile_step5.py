@@ -1,7 +1,11 @@
 """Per-kernel GPU time of the Step5 prefill (8K and 256K tokens: the two launches of
-``step5.ops.prefill_fused``) and decode (batch 1024), with
+``step5.ops.prefill_fused``), decode and verify (k=3) at batch 1024, with
 ``num_warps`` variants (and ``maxnreg`` variants of the two summary kernels), to see where
-the time goes. Bypasses the keys on purpose."""
+the time goes. Bypasses the keys on purpose. Arguments name the cases to run (words of
+their labels: ``verify``, ``prefill``...); none runs every case.
+
+    python3 benchmarks/device/profile_step5.py [verify] [decode] [prefill]
+"""
 
 import sys
 from pathlib import Path
@@ -10,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
-from benchmarks.bench_step5 import Timer, bench_decode, bench_prefill  # noqa: E402
+from benchmarks.bench_step5 import Timer, bench_decode, bench_prefill, bench_verify  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
 
 device = torch.device("cuda")
@@ -28,7 +32,10 @@ def capture_timer(fn, graph=True):
 
 for label, bench in (("prefill 8K", lambda t: bench_prefill(8 * 1024, t, device)),
                      ("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
-                     ("decode 1024", lambda t: bench_decode(1024, t, device))):
+                     ("decode 1024", lambda t: bench_decode(1024, t, device)),
+                     ("verify 1024", lambda t: bench_verify(1024, t, device))):
+    if sys.argv[1:] and not any(word in label for word in sys.argv[1:]):
+        continue
     captured.clear()
     try:
         bench(capture_timer)
@@ -37,7 +44,8 @@ for label, bench in (("prefill 8K", lambda t: bench_prefill(8 * 1024, t, device)
     for kernel, spec in captured["launches"]:
         launch_kwargs = kernel.triton_kwargs(spec)
         register_caps = [launch_kwargs.get("maxnreg")]
-        if kernel.name in ("step5.prefill_summary", "step5.prefill_update", "step5.update_decode"):
+        if kernel.name in ("step5.prefill_summary", "step5.prefill_update", "step5.update_decode",
+                           "step5.update_verify"):
             register_caps += [cap for cap in (None, 96, 128, 168, 200, 255) if cap != register_caps[0]]
         for warps in (1, 2, 4, 8):
             for cap in register_caps if warps == 1 else register_caps[:1]:
