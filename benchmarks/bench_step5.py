@@ -233,7 +233,9 @@ def bench_decode(batch: int, timer: Timer, device, every_token_closes: bool = Fa
     return Result(name, microseconds, moved, timer(baseline, graph=False))
 
 
-def bench_verify(batch: int, timer: Timer, device, draft_tokens: int = 3) -> Result:
+def bench_verify(batch: int, timer: Timer, device, draft_tokens: int = 3, none_closing: bool = False) -> Result:
+    """``none_closing``: every request's tokens start at a multiple of 8, so that no token of
+    the step closes a region (what verify costs without its closing path, for the profile)."""
     block_size, q, span = 256, 1 + draft_tokens, 512
     ring = Step5CSATailRing(batch, batch * q, draft_tokens=draft_tokens, device=device)
     capacity = ring.capacity
@@ -243,6 +245,8 @@ def bench_verify(batch: int, timer: Timer, device, draft_tokens: int = 3) -> Res
     mean = Step5SummaryCacheSpec(block_size).allocate(batch * span // block_size, device)
     cache = Step5SparseSummaryCache(mean)
     host_seq_lens = torch.randint(q, span, (batch,))
+    if none_closing:
+        host_seq_lens = (host_seq_lens - q) // 8 * 8 + q
     first_positions = host_seq_lens - q
     host_positions = (first_positions[:, None] + torch.arange(q)).flatten()
     owners = torch.arange(batch).repeat_interleave(q)
@@ -269,7 +273,8 @@ def bench_verify(batch: int, timer: Timer, device, draft_tokens: int = 3) -> Res
         key, z, ring.rows, mean, sources, from_ring, (host_slots[closing] // 8).to(device),
         (owners[open_tokens] * capacity + host_positions[open_tokens] % capacity).to(device), open_tokens.to(device),
     )
-    return Result(f"verify k={draft_tokens} batch {batch}", microseconds, moved, timer(baseline, graph=False))
+    return Result(f"verify k={draft_tokens} batch {batch}{', none closing' if none_closing else ''}", microseconds,
+                  moved, timer(baseline, graph=False))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,7 +33,8 @@ def capture_timer(fn, graph=True):
 for label, bench in (("prefill 8K", lambda t: bench_prefill(8 * 1024, t, device)),
                      ("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
                      ("decode 1024", lambda t: bench_decode(1024, t, device)),
-                     ("verify 1024", lambda t: bench_verify(1024, t, device))):
+                     ("verify 1024", lambda t: bench_verify(1024, t, device)),
+                     ("verify 1024 none closing", lambda t: bench_verify(1024, t, device, none_closing=True))):
     if sys.argv[1:] and not any(word in label for word in sys.argv[1:]):
         continue
     captured.clear()
