@@ -70,7 +70,6 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
     keeps it): its generated source, the runtime arguments' names, the dtypes its checks
     name, the kind of each tensor its guard checks, the constexprs it passes and the
     launcher options it was generated for. None as for ``build_direct_launch``."""
-    import triton
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 

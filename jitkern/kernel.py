@@ -29,7 +29,7 @@ from jitkern.specialisation import (
     argument_domains,
     enumerate_layouts,
     explain_miss,
-    key_fields,
+    key_fields,  # noqa: F401 (named from here by the rest of jitkern)
     key_name,
     layout_text,
     name_stand_ins,

@@ -204,8 +204,10 @@ def _drop_oldest(folder: str) -> None:
 
 
 def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -> dict:
-    from triton.compiler.compiler import make_backend
+    from triton.compiler.compiler import CompiledKernel, make_backend
 
+    if not isinstance(binary, CompiledKernel) or not hasattr(kernel, "adopt"):
+        raise NotRemembered(name)  # a kernel of another kind than TritonJitKernel
     src, group = binary.src, binary.metadata_group
     metadata = next((file for file in group if file.endswith(".json")), "")
     binary_file = f"{os.path.splitext(metadata)[0]}.{make_backend(binary.metadata.target).binary_ext}"
