@@ -154,7 +154,7 @@ class BuildFilledPrefillGroupsKernel(TritonJitKernel["BuildFilledPrefillGroupsKe
         owners_dtype: str
         query_start_loc_dtype: str
         launch_pdl: bool
-        num_warps: int = 4
+        num_warps: int = 8  # 1.41 / 3.52 us at 8K / 256K tokens, against 1.72 / 4.24 at 4 (device notes 52)
 
     def dispatch(self, *, slots_dtype, positions_dtype, owners_dtype, query_start_loc_dtype,
                  launch_pdl: bool) -> CompileKey:
