@@ -44,8 +44,27 @@ def test_every_manifest_key_round_trips_through_its_warmup_inputs():
             get_kernel(name).compile(key)
 
 
+@pytest.fixture(scope="module")
+def shared_caches(tmp_path_factory):
+    """One Triton cache per target for this module's tests, so that the manifest's keys
+    (about 200) compile once per target, not once per test."""
+    folders = {}
+
+    def cache_for(target: str):
+        if target not in folders:
+            folders[target] = tmp_path_factory.mktemp(f"dsv4-{target.replace(':', '-')}")
+        return folders[target]
+
+    return cache_for
+
+
+@pytest.fixture
+def cuda90_cache(shared_caches, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared_caches("cuda:90")))
+
+
 @pytest.mark.compiled
-def test_manifest_compiles_for_cuda90_without_a_gpu(triton_cache):
+def test_manifest_compiles_for_cuda90_without_a_gpu(cuda90_cache):
     from jitkern.targets import compile_only, parse_target
 
     started = time.perf_counter()
@@ -101,7 +120,7 @@ def _decode_call(store: dict, compress: dict, tokens: int) -> dict:
 
 @pytest.mark.compiled
 @pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
-def test_serving_launches_hit_binaries_the_manifest_builds(target, triton_cache):
+def test_serving_launches_hit_binaries_the_manifest_builds(target, shared_caches, monkeypatch):
     """At Triton's level: the binary each deployment-shaped launch looks up (its real
     strides and pointer alignments; on AMD also whether each tensor's storage fits in
     2 GiB) is one that warming the manifest compiled."""
@@ -113,6 +132,7 @@ def test_serving_launches_hit_binaries_the_manifest_builds(target, triton_cache)
                              decode_step, save_partial_states)
     from jitkern.targets import compile_only, parse_target
 
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared_caches(target)))
     with testing.record_launches(dry_run=True) as launches:
         for head_dim in (512, 128):
             for ratio in (4, 128):

@@ -4,21 +4,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from warmup_testing import EXAMPLE, REPO, cache_entries, cli, launchers, report_of, totals, warmup
 
 pytestmark = pytest.mark.compiled
-
-
-def heavy_manifest(tmp_path) -> Path:
-    """The example kernel at four block sizes: enough work to see workers pay off."""
-    document = json.loads(EXAMPLE.read_text())
-    document["kernels"][0]["config"]["block_sizes"] = [256, 1024, 4096]
-    path = tmp_path / "heavy.json"
-    path.write_text(json.dumps(document))
-    return path
 
 
 def test_compile_then_everything_cached_then_check_finds_a_deleted_entry(tmp_path):
@@ -91,13 +81,13 @@ def test_a_failing_key_does_not_stop_the_others(tmp_path):
     assert "FAILED jitkern.example.axpy" in run.stderr and "power of 2" in run.stderr
 
 
-def test_two_workers_compile_the_same_set_faster(tmp_path):
-    manifest = heavy_manifest(tmp_path)
-    one = report_of([manifest, "--target", "cuda:90", "--jobs", "1"], tmp_path / "one", tmp_path)
-    two = report_of([manifest, "--target", "cuda:90", "--jobs", "2"], tmp_path / "two", tmp_path)
-    assert totals(one) == totals(two) == {"keys": 216, "compiled": 216, "cached": 0, "failed": 0}
+def test_two_workers_compile_the_same_set_as_one(tmp_path):
+    """What workers buy is measured by ``benchmarks/bench_warmup.py``; here, that they
+    compile exactly the entries one process does."""
+    one = report_of([EXAMPLE, "--target", "cuda:90", "--jobs", "1"], tmp_path / "one", tmp_path)
+    two = report_of([EXAMPLE, "--target", "cuda:90", "--jobs", "2"], tmp_path / "two", tmp_path)
+    assert totals(one) == totals(two) == {"keys": 72, "compiled": 72, "cached": 0, "failed": 0}
     assert sorted(p.name for p in cache_entries(tmp_path / "one")) == sorted(p.name for p in cache_entries(tmp_path / "two"))
-    assert two["wall_seconds"] < one["wall_seconds"], (one["wall_seconds"], two["wall_seconds"])
 
 
 def test_under_the_interpreter_warmup_compiles_nothing_and_says_so(tmp_path):
