@@ -4,7 +4,7 @@
 the time goes. Bypasses the keys on purpose. Arguments name the cases to run (words of
 their labels: ``verify``, ``prefill``...); none runs every case.
 
-    python3 benchmarks/device/profile_step5.py [verify] [decode] [prefill]
+    python3 benchmarks/device/profile_step5.py [verify] [decode] [all] [prefill]
 """
 
 import sys
@@ -33,6 +33,7 @@ def capture_timer(fn, graph=True):
 for label, bench in (("prefill 8K", lambda t: bench_prefill(8 * 1024, t, device)),
                      ("prefill 256K", lambda t: bench_prefill(256 * 1024, t, device)),
                      ("decode 1024", lambda t: bench_decode(1024, t, device)),
+                     ("decode 1024 all closing", lambda t: bench_decode(1024, t, device, every_token_closes=True)),
                      ("verify 1024", lambda t: bench_verify(1024, t, device)),
                      ("verify 1024 none closing", lambda t: bench_verify(1024, t, device, none_closing=True))):
     if sys.argv[1:] and not any(word in label for word in sys.argv[1:]):
