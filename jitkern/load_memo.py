@@ -50,6 +50,7 @@ import torch
 
 from jitkern import settings
 from jitkern.specialisation import BinaryKey
+from jitkern.triton_build import file_stats
 
 FORMAT = 1
 MEMO_FOLDER = "loads"
@@ -110,18 +111,6 @@ def _bundled_tools(root: str) -> list[str]:
         if os.path.isdir(folder):
             found += [os.path.join(folder, name) for name in os.listdir(folder)]
     return found
-
-
-def file_stats(paths: list[str]) -> list[tuple]:
-    """Each file's path, size, mtime and ctime (ns), inode and device; None when it is gone."""
-    stats = []
-    for path in paths:
-        try:
-            stat = os.stat(path)
-            stats.append((path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev))
-        except OSError:
-            stats.append((path, None))
-    return stats
 
 
 def code_files(kernels: list[Any]) -> list[str]:

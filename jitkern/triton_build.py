@@ -58,14 +58,22 @@ def fingerprint(root: str | None = None) -> str:
 
     root = root or triton_root()
     digest = hashlib.sha256(f"{triton.__version__}\0{root}\0".encode())
-    for path in fingerprint_files(root):
+    for entry in file_stats(fingerprint_files(root)):
+        digest.update(f"{entry!r}\0".encode())
+    return digest.hexdigest()
+
+
+def file_stats(paths: list[str]) -> list[tuple]:
+    """Each file's path, size, mtime and ctime (ns), inode and device; None when it is gone.
+    Another file, or this one rewritten in place (its ctime), gives another tuple."""
+    stats = []
+    for path in paths:
         try:
             stat = os.stat(path)
-            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0{stat.st_ctime_ns}\0{stat.st_ino}\0"
-                          f"{stat.st_dev}\0".encode())
+            stats.append((path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev))
         except OSError:
-            digest.update(f"{path}\0missing\0".encode())
-    return digest.hexdigest()
+            stats.append((path, None))
+    return stats
 
 
 def memo_path() -> str:

@@ -29,8 +29,8 @@ binaries = sum(row.binaries for row in load(sorted(glob.glob("warmup_manifests/*
 print(f"load(): {binaries} binaries in {clock() - start:.3f} s")
 
 
-def arguments(dtype):
-    x = torch.randn(1 << 20, device="cuda", dtype=dtype)
+def arguments(dtype, size=1 << 20):
+    x = torch.randn(size, device="cuda", dtype=dtype)
     return x, torch.randn_like(x), 2.0, torch.empty_like(x)
 
 
@@ -55,10 +55,11 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16):  # three binaries, 
         torch.cuda.synchronize()
         print(f"{str(dtype):15} {call} call: host {1e3 * (host - start):.3f} ms, "
               f"with the synchronise {1e3 * (clock() - start):.3f} ms")
-profiled = arguments(torch.float32)[:2] + (3.0, torch.empty(1 << 19, device="cuda"))  # another signature
+fourth = arguments(torch.float32, 1 << 19)  # another size: another signature
+torch.cuda.synchronize()
 profiler = Profile()
 profiler.enable()
-axpy(profiled[0][: 1 << 19], profiled[1][: 1 << 19], 3.0, profiled[3])
+axpy(*fourth)
 profiler.disable()
 out = io.StringIO()
 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
