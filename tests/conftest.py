@@ -53,6 +53,23 @@ def pytest_collection_modifyitems(config, items):
         items[:] = selected
 
 
+_compiled_mode_runs = []  # the module of tests/test_compiled_mode.py, once selected
+
+
+def pytest_collection_finish(session):
+    """The compiled-mode subprocess, when selected, starts now and runs beside this one."""
+    for item in session.items:
+        if item.path.name == "test_compiled_mode.py":
+            item.module.start()
+            _compiled_mode_runs.append(item.module)
+            return
+
+
+def pytest_sessionfinish(session):
+    for module in _compiled_mode_runs:
+        module.stop()
+
+
 @pytest.fixture(autouse=True)
 def _seed_random_generators():
     """Fresh random inputs each run; the seed is printed so a failure can be replayed."""

@@ -1,17 +1,53 @@
-"""Runs the tests marked ``compiled`` in a subprocess with the interpreter off."""
+"""Runs the tests marked ``compiled`` in a subprocess with the interpreter off.
 
+The subprocess starts as soon as collection is done (``pytest_collection_finish`` in
+``tests/conftest.py`` calls ``start``), so that it runs beside the interpreter's tests on
+a machine's other cores; the test below waits for it. With pytest-xdist installed it
+spreads its own tests over two workers, a file to a worker (the Redis tests share one
+server, file by file).
+"""
+
+from __future__ import annotations
+
+import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+WORKERS = 2
+
+_run: dict[str, object] = {}
+
+
+def start() -> None:
+    """Start the compiled-mode run (once), its output going to a temporary file."""
+    if _run:
+        return
+    environment = dict(os.environ, JITKERN_TEST_MODE="compiled", TRITON_INTERPRET="0")
+    spread = ["-n", str(WORKERS), "--dist", "loadfile"] if importlib.util.find_spec("xdist") else []
+    output = tempfile.TemporaryFile(mode="w+")
+    _run["output"] = output
+    _run["process"] = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *spread, str(REPO / "tests")],
+        cwd=REPO, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+
+
+def stop() -> None:
+    """End a run the session no longer waits for (it was interrupted or failed early)."""
+    process = _run.get("process")
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def test_compiled_mode_suite():
-    environment = dict(os.environ, JITKERN_TEST_MODE="compiled", TRITON_INTERPRET="0")
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "tests")],
-        cwd=REPO, env=environment, capture_output=True, text=True,
-    )
-    assert run.returncode == 0, f"compiled-mode tests failed:\n{run.stdout[-20000:]}\n{run.stderr[-5000:]}"
+    start()  # when collection did not (a run of this file alone under another plugin order)
+    process, output = _run["process"], _run["output"]
+    returncode = process.wait()
+    output.seek(0)
+    text = output.read()
+    assert returncode == 0, f"compiled-mode tests failed:\n{text[-25000:]}"
+    print(text[-2000:])
