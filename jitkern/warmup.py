@@ -196,8 +196,8 @@ def _collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.enable()
         gc.collect(1)
+        gc.enable()
 
 
 def _load(manifest_paths: list[str]) -> list[LoadedKernel]:

@@ -2,6 +2,7 @@
 the same binaries, direct launches and layout pickers as the full path, without Triton's
 front end; and the full path whenever anything the memo vouches for changed."""
 
+import gc
 import os
 
 import pytest
@@ -181,3 +182,41 @@ def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, 
         forget_all_binaries()
         with pytest.raises(MissingBinary, match="does not match the lock"), pytest.warns(DamagedCacheEntry):
             load([str(manifest)])
+
+
+@pytest.mark.parametrize("memo", [False, True], ids=["full path", "from the memo"])
+def test_load_never_collects_the_whole_heap_and_leaves_the_collector_as_it_was(deployment, memo):
+    """``load()`` builds thousands of lasting objects: with the collector on, they could set
+    off a full collection of every object in the process. Thresholds of 1 make a
+    collection due at almost every allocation: none may run inside ``load()``."""
+    manifest, _entries, _calls = deployment
+    if memo:
+        load([str(manifest)])
+        forget_all_binaries()
+    collected, loading = [], []
+
+    def on_collect(phase, info):
+        if phase == "start" and loading:
+            collected.append(info["generation"])
+
+    def load_and_note_collections():
+        loading.append(True)
+        load([str(manifest)])
+        loading.clear()
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    gc.callbacks.append(on_collect)
+    try:
+        load_and_note_collections()
+        assert gc.isenabled()
+        gc.disable()
+        load_and_note_collections()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.remove(on_collect)
+        gc.set_threshold(*thresholds)
+    # The first load: at most the allocations of entering the pause, then, at the end, the
+    # young generations (its own objects) once; the second load, with the collector off: none.
+    assert set(collected[:-1]) <= {0} and collected[-1:] == [1], collected
