@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ from deepseek_v4 import compress_windows, decode_step, save_partial_states  # no
 from deepseek_v4.common import LAYOUTS  # noqa: E402
 from jitkern.examples.axpy import axpy  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
+from reliability_testing import memory_capped  # noqa: E402
 from step5 import Step5CSATailRing, Step5SparseSummaryCache, Step5SummaryCacheSpec  # noqa: E402
 from step5.ops.summary_update import (  # noqa: E402
     build_prefill_groups,
@@ -57,6 +59,13 @@ from step5.ops.summary_update import (  # noqa: E402
     update_prefill,
     update_verify,
 )
+
+@pytest.fixture(autouse=True)
+def _bounded_memory():
+    """A fuzzed input that allocates without bound fails here, named, not by the OOM killer."""
+    with memory_capped():
+        yield
+
 
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 VALID = settings(max_examples=25, **FUZZ)
