@@ -12,33 +12,45 @@ def settle_cache_key(jit_function: Any) -> None:
     a helper's list of them before hashing it: a helper not hashed yet (by another kernel)
     contributes none. So the key of a kernel depended on the order in which a process
     hashed kernels, and a serving process could look up another key than warmup built
-    (Step5's decode kernel did, after verify was hashed first). Hashing again from the
-    helpers up until the key no longer changes gives the key with every helper's globals,
-    whatever the order. A helper settled with one kernel keeps its key for the next.
+    (Step5's decode kernel did, after verify was hashed first). Hashing the ``@triton.jit``
+    functions a kernel calls before their callers, each once, gives every caller its
+    helpers' globals, whatever was hashed before. A function settled with one kernel
+    keeps its key for the next; one hashed in another order before is hashed again.
     """
-    if not hasattr(jit_function, "cache_key") or not hasattr(jit_function, "used_global_vals"):
+    if not hasattr(type(jit_function), "cache_key"):  # on the class: the property would hash it
         return  # the interpreter's functions have no cache key
-    functions = _jit_helpers(jit_function)
-    helpers_settled = all(function.hash is not None and function.hash == getattr(function, "_jitkern_settled_key", None)
-                          for function in functions if function is not jit_function)
-    previous, key = None, jit_function.cache_key  # with every helper settled, the first key is final
-    while key != previous and not helpers_settled:
-        for function in functions:
-            if function.hash != getattr(function, "_jitkern_settled_key", None):  # a settled key is final
-                function.hash = None
-        previous, key = key, jit_function.cache_key
-    for function in functions:
-        function._jitkern_settled_key = function.hash
+    for function in _callees_first(jit_function):
+        if function.hash is None or function.hash != getattr(function, "_jitkern_settled_key", None):
+            function.hash = None
+            function.cache_key  # noqa: B018 - hashes it, its callees' globals complete
+            function._jitkern_settled_key = function.hash
 
 
-def _jit_helpers(jit_function: Any) -> list[Any]:
-    """``jit_function`` and the ``@triton.jit`` functions its module globals reach, transitively
-    (Triton's own functions aside: their globals hold no constexprs of ours)."""
-    found, pending = {id(jit_function): jit_function}, [jit_function]
-    while pending:
-        for value in list(pending.pop().__globals__.values()):
-            if hasattr(value, "used_global_vals") and hasattr(value, "__globals__") and id(value) not in found \
-                    and not getattr(value, "__module__", "").startswith("triton."):
-                found[id(value)] = value
-                pending.append(value)
-    return list(found.values())
+def _callees_first(jit_function: Any) -> list[Any]:
+    """``jit_function`` and the ``@triton.jit`` functions it calls, transitively (by the
+    global and closure names its code reads, as Triton's hash finds them; Triton's own
+    functions aside: their globals hold no constexprs of ours), each after its callees."""
+    ordered: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(function: Any) -> None:
+        seen.add(id(function))
+        for callee in _callees(function):
+            if id(callee) not in seen:
+                visit(callee)
+        ordered.append(function)
+
+    visit(jit_function)
+    return ordered
+
+
+def _callees(jit_function: Any) -> list[Any]:
+    code = jit_function.fn.__code__
+    closure = dict(zip(code.co_freevars, (cell.cell_contents for cell in jit_function.fn.__closure__ or ())))
+    found = []
+    for name in code.co_names + code.co_freevars:
+        value = closure[name] if name in closure else jit_function.__globals__.get(name)
+        if hasattr(value, "used_global_vals") and hasattr(value, "fn") \
+                and not getattr(value, "__module__", "").startswith("triton."):
+            found.append(value)
+    return found

@@ -110,12 +110,12 @@ def test_a_kernels_triton_cache_key_does_not_depend_on_what_was_hashed_before():
     (Step5's decode kernel once looked up another key than warmup built, after verify was
     hashed first; its helpers have no constexpr global since they take their code paths as
     constexpr arguments, so two kernels of this module show it.)"""
-    from jitkern.settle import _jit_helpers, settle_cache_key
+    from jitkern.settle import _callees_first, settle_cache_key
 
     decode, prefill = _first_kernel, _second_kernel
     settle_cache_key(decode)
     settled = decode.cache_key
-    functions = {id(f): f for f in _jit_helpers(decode) + _jit_helpers(prefill)}.values()
+    functions = {id(f): f for f in _callees_first(decode) + _callees_first(prefill)}.values()
     raw_keys = []
     for first in (decode, prefill):  # as two fresh processes would, in two orders
         for function in functions:
