@@ -177,10 +177,17 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     only this GPU's target is looked up) onto this machine's GPU and its direct launch
     prepared, so the first request launches at full speed. Keys the cache lacks, or holds
     damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
-    cache made by another compiler build is reported in one line, with the count.
+    cache made by another compiler build is reported in one line, with the count. Each
+    kernel's launch is then rehearsed, launching nothing (``jitkern.rehearsal``).
     """
     with _collector_paused():
-        return _load(manifest_paths)
+        from jitkern import registry
+        from jitkern.rehearsal import rehearse
+
+        loaded = _load(manifest_paths)
+        for row in loaded:
+            rehearse(registry.get_kernel(row.kernel))
+    return loaded
 
 
 @contextlib.contextmanager
