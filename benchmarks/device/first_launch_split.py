@@ -5,7 +5,8 @@ after the first process), makes axpy's inputs, then times its first ``axpy`` cal
 host, split at the compiled launcher: the Python before it, the launcher (Triton's C
 function, which calls the driver), the Python after. What runs before that call differs:
 
-- ``baseline``: nothing.
+- ``baseline``: nothing (but ``load()``'s own rehearsal, ``jitkern.rehearsal``).
+- ``no-rehearsal``: ``load()`` without its rehearsal.
 - ``other-binary-first``: a first call of another axpy binary (float16): what is left is
   what is new to this binary and this signature.
 - ``same-binary-first``: a first call of this binary with another size (another input
@@ -40,6 +41,9 @@ import torch
 from jitkern.examples.axpy import AxpyKernel, axpy
 from jitkern.warmup import load, start_process
 start_process()
+if {experiment!r} == "no-rehearsal":
+    import jitkern.rehearsal
+    jitkern.rehearsal.rehearse = lambda kernel: False
 load(sorted(glob.glob("warmup_manifests/*.json")))
 marks = []
 def timed(run):
@@ -101,7 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    experiments = ["baseline", "other-binary-first", "same-binary-first", "rehearsal"]
+    experiments = ["baseline", "no-rehearsal", "other-binary-first", "same-binary-first", "rehearsal"]
     with tempfile.TemporaryDirectory() as state_dir:
         one("baseline", state_dir)  # writes the load memo
         results = {name: [] for name in experiments}
