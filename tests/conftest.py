@@ -57,7 +57,10 @@ _compiled_mode_runs = []  # the module of tests/test_compiled_mode.py, once sele
 
 
 def pytest_collection_finish(session):
-    """The compiled-mode subprocess, when selected, starts now and runs beside this one."""
+    """The compiled-mode subprocess, when selected, starts now and runs beside this one
+    (under ``pytest -n``, only when its test runs: each worker collects every test)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     for item in session.items:
         if item.path.name == "test_compiled_mode.py":
             item.module.start()
