@@ -252,3 +252,22 @@ def test_load_rehearses_each_kernel_with_an_empty_grid_and_never_with_a_hook_set
     finally:
         triton.knobs.runtime.launch_enter_hook.remove(seen.append)
     assert calls == [] and seen == []
+
+
+def test_a_rehearsal_that_fails_leaves_load_whole(deployment, monkeypatch):
+    """A kernel whose checks refuse the rehearsal's tensors (any error) is simply not
+    rehearsed: ``load()`` still loads everything, and launches work."""
+    from jitkern.examples.axpy import AxpyKernel
+
+    manifest, entries, calls = deployment
+
+    def refusing(self, *args, **inputs):
+        raise RuntimeError("not on these tensors")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AxpyKernel, "launch_spec", refusing)
+        (loaded,) = load([str(manifest)])
+    assert loaded.binaries == len(entries) and calls == []
+    x = torch.randn(64)
+    axpy(x, x, 0.5, out=torch.empty(64))
+    assert [grid for _name, grid, *_ in calls] == [(1, 1, 1)]
