@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,14 +33,15 @@ def start() -> None:
     _run["output"] = output
     _run["process"] = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *spread, str(REPO / "tests")],
-        cwd=REPO, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True)
+        cwd=REPO, env=environment, stdout=output, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)  # a group of its own: stop() ends its xdist workers too
 
 
 def stop() -> None:
     """End a run the session no longer waits for (it was interrupted or failed early)."""
     process = _run.get("process")
     if process is not None and process.poll() is None:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 
