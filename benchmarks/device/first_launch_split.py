@@ -18,7 +18,7 @@ function, which calls the driver), the Python after. What runs before that call 
 The "before" column is split at the kernel's ``launch`` (the public function's own
 Python: its checks, the key, the ``LaunchSpec``; then jitkern's direct launch).
 
-    python3 benchmarks/device/first_launch_split.py [--runs 5]
+    python3 benchmarks/device/first_launch_split.py [--runs 5] [--experiments baseline no-rehearsal ...]
 """
 
 from __future__ import annotations
@@ -104,8 +104,10 @@ def one(experiment: str, state_dir: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--experiments", nargs="*",
+                        default=["baseline", "no-rehearsal", "other-binary-first", "same-binary-first", "rehearsal"])
     args = parser.parse_args()
-    experiments = ["baseline", "no-rehearsal", "other-binary-first", "same-binary-first", "rehearsal"]
+    experiments = args.experiments
     with tempfile.TemporaryDirectory() as state_dir:
         one("baseline", state_dir)  # writes the load memo
         results = {name: [] for name in experiments}
