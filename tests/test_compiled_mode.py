@@ -46,7 +46,7 @@ def stop() -> None:
 
 
 def test_compiled_mode_suite():
-    start()  # when collection did not (a run of this file alone under another plugin order)
+    start()  # when collection did not start it (a pytest -n worker)
     process, output = _run["process"], _run["output"]
     returncode = process.wait()
     output.seek(0)
