@@ -58,15 +58,11 @@ def shared_caches(tmp_path_factory):
     return cache_for
 
 
-@pytest.fixture
-def cuda90_cache(shared_caches, monkeypatch):
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared_caches("cuda:90")))
-
-
 @pytest.mark.compiled
-def test_manifest_compiles_for_cuda90_without_a_gpu(cuda90_cache):
+def test_manifest_compiles_for_cuda90_without_a_gpu(shared_caches, monkeypatch):
     from jitkern.targets import compile_only, parse_target
 
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(shared_caches("cuda:90")))
     started = time.perf_counter()
     compiled = 0
     with compile_only(parse_target("cuda:90")):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 from pathlib import Path
@@ -66,25 +65,3 @@ def make_read_only(folder: Path) -> None:
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
 
-
-@contextlib.contextmanager
-def memory_capped(extra_bytes: int = 6 << 30):
-    """At most ``extra_bytes`` more address space than the process holds now, within the
-    block: an input that makes the code under test allocate without bound then fails
-    as a MemoryError naming it, instead of the machine killing the test run."""
-    import resource
-
-    import torch
-
-    if torch.cuda.is_available():  # CUDA maps address space of its own: no cap there
-        yield
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as statm:
-        held = int(statm.read().split()[0]) * resource.getpagesize()
-    cap = held + extra_bytes if hard == resource.RLIM_INFINITY else min(held + extra_bytes, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -50,7 +50,6 @@ from deepseek_v4 import compress_windows, decode_step, save_partial_states  # no
 from deepseek_v4.common import LAYOUTS  # noqa: E402
 from jitkern.examples.axpy import axpy  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
-from reliability_testing import memory_capped  # noqa: E402
 from step5 import Step5CSATailRing, Step5SparseSummaryCache, Step5SummaryCacheSpec  # noqa: E402
 from step5.ops.summary_update import (  # noqa: E402
     build_prefill_groups,
@@ -60,12 +59,7 @@ from step5.ops.summary_update import (  # noqa: E402
     update_verify,
 )
 
-@pytest.fixture(autouse=True)
-def _bounded_memory():
-    """A fuzzed input that allocates without bound fails here, named, not by the OOM killer."""
-    with memory_capped():
-        yield
-
+pytestmark = pytest.mark.usefixtures("bounded_memory")  # tests/reliability/conftest.py
 
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 VALID = settings(max_examples=25, **FUZZ)

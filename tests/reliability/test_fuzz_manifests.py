@@ -37,7 +37,6 @@ import step5.ops.summary_update  # noqa: F401
 from jitkern import registry
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import ManifestError, load_manifest
-from reliability_testing import memory_capped
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "warmup_manifests").glob("*.json"))
@@ -45,12 +44,7 @@ DOCUMENTS = {path.name: json.loads(path.read_text()) for path in SHIPPED}
 KERNELS = {name: registry.get_kernel(name) for name in registry.kernel_names()}
 KERNEL_MODULES = ["deepseek_v4", "step5.ops.summary_update", "jitkern.examples.axpy"]
 
-@pytest.fixture(autouse=True)
-def _bounded_memory():
-    """A fuzzed input that allocates without bound fails here, named, not by the OOM killer."""
-    with memory_capped():
-        yield
-
+pytestmark = pytest.mark.usefixtures("bounded_memory")  # tests/reliability/conftest.py
 
 # Module names the fuzzer may put in "modules": importing anything else (say "antigravity")
 # could have side effects, so every other string is renamed under a package that does not exist.
