@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton
 
+from jitkern.grid import cdiv, next_power_of_2
 from jitkern.validation import check_int
 from deepseek_v4.common import (
     INDEX_DTYPES,
@@ -43,11 +43,11 @@ def _tiling(compress_ratio: int, head_dim: int) -> Tiling:
     64-column steps, 8 warps, one step per program: 0.56).
     """
     if LAYOUTS[compress_ratio].overlap:
-        block_d = min(triton.next_power_of_2(head_dim), 512)
-        return Tiling(scan=1, block_d=block_d, program_d=block_d * triton.cdiv(head_dim, block_d),
+        block_d = min(next_power_of_2(head_dim), 512)
+        return Tiling(scan=1, block_d=block_d, program_d=block_d * cdiv(head_dim, block_d),
                       num_warps=max(1, block_d // 128))
-    block_d = min(triton.next_power_of_2(head_dim), 32)
-    program_d = min(128, max(block_d, triton.next_power_of_2(head_dim) // 2))
+    block_d = min(next_power_of_2(head_dim), 32)
+    program_d = min(128, max(block_d, next_power_of_2(head_dim) // 2))
     return Tiling(scan=compress_ratio, block_d=block_d, program_d=program_d, num_warps=4)
 
 

@@ -40,7 +40,7 @@ import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern.call_plan import public_call
-from jitkern import kernel_launcher, keys
+from jitkern import cdiv, kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
 
@@ -264,8 +264,8 @@ def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: 
     sync, graph-capturable)."""
     min_programs = _MIN_PROGRAMS if min_programs is None else min_programs
     chunk = 1
-    column_groups = triton.cdiv(head_dim, program_d)
-    while chunk < scan and triton.cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
+    column_groups = cdiv(head_dim, program_d)
+    while chunk < scan and cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
         chunk *= 2
     return chunk
 
@@ -273,13 +273,13 @@ def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: 
 def _n_chunks(tokens: int, chunk: int) -> int:
     """Chunks of at most ``chunk`` tokens: an odd number (see the module docstring), or
     ``tokens`` when ``chunk == 1`` (a program per token)."""
-    n_chunks = triton.cdiv(tokens, chunk)
+    n_chunks = cdiv(tokens, chunk)
     return n_chunks if chunk == 1 or n_chunks % 2 else n_chunks + 1
 
 
 def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
     """One axis: (chunk, column group) pairs, the groups of a chunk next to each other."""
-    return (n_chunks * triton.cdiv(head_dim, program_d),)
+    return (n_chunks * cdiv(head_dim, program_d),)
 
 
 class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys
 from jitkern.call_plan import public_call
 from deepseek_v4._compressor_host import check_compress_windows
 from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling, decode_tiling
@@ -345,7 +345,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             launch_pdl=launch_pdl,
         )
         tokens = positions.shape[0]
-        n_chunks = triton.cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d, _MIN_PROGRAMS))
+        n_chunks = cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d, _MIN_PROGRAMS))
         return LaunchSpec(
             grid=_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(

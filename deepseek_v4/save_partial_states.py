@@ -17,7 +17,7 @@ import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern.call_plan import public_call
-from jitkern import kernel_launcher, keys
+from jitkern import cdiv, kernel_launcher, keys, next_power_of_2
 from jitkern.validation import check_int
 from deepseek_v4.common import (
     FLOAT_DTYPE,
@@ -115,13 +115,13 @@ def store_tiling(head_size: int) -> StoreTiling:
     At 64K tokens this gave 0.94 / 0.94 / 0.93 / 0.90 of copy for H = 1024 / 512 / 256 /
     128, where 4 warps and 1024 floats a program gave 0.93 / 0.92 / 0.91 / 0.88.
     """
-    block_h = min(512, triton.next_power_of_2(head_size))
+    block_h = min(512, next_power_of_2(head_size))
     return StoreTiling(tokens=max(1, 256 // block_h), block_h=block_h, num_warps=1)
 
 
 def _grid(n_tokens: int, head_size: int, tokens: int, block_h: int) -> tuple[int]:
     """One axis: (token group, column group) pairs, the column groups of a token group adjacent."""
-    return (triton.cdiv(n_tokens, tokens) * triton.cdiv(head_size, block_h),)
+    return (cdiv(n_tokens, tokens) * cdiv(head_size, block_h),)
 
 
 class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):

@@ -6,7 +6,7 @@ key: each compiles on first use.
 
 from __future__ import annotations
 
-import triton
+from jitkern import cdiv
 
 from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling
 from deepseek_v4.compressor import CompressWindowsKernel, _chunk, _grid, _n_chunks
@@ -26,7 +26,7 @@ def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, bloc
     head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
     if block_d is not None:
         kwargs["BLOCK_D"] = block_d
-        kwargs["PROGRAM_D"] = program_d or (block_d if scan > 1 else block_d * triton.cdiv(head_dim, block_d))
+        kwargs["PROGRAM_D"] = program_d or (block_d if scan > 1 else block_d * cdiv(head_dim, block_d))
     elif program_d is not None:
         kwargs["PROGRAM_D"] = program_d
     if num_warps is not None:
@@ -58,7 +58,7 @@ def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: Dec
                        DECODE_MIN_PROGRAMS if min_programs is None else min_programs)
     if not 1 <= chunk <= scan:
         raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
-    kwargs["n_chunks"] = triton.cdiv(tokens, chunk)
+    kwargs["n_chunks"] = cdiv(tokens, chunk)
     kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 

@@ -2,6 +2,7 @@
 
 from jitkern import keys
 from jitkern.call_plan import public_call, torch_step
+from jitkern.grid import cdiv, next_power_of_2
 from jitkern.kernel import (
     JitKernel,
     LaunchSpec,
@@ -25,6 +26,8 @@ _guard.install_from_environment()
 _targets.install_path_free_amd_key()
 
 __all__ = [
+    "cdiv",
+    "next_power_of_2",
     "public_call",
     "torch_step",
     "BinaryKey",

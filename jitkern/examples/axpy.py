@@ -18,7 +18,7 @@ import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
 from jitkern.call_plan import public_call
-from jitkern import kernel_launcher, keys
+from jitkern import cdiv, kernel_launcher, keys
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -66,7 +66,7 @@ class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
     def __call__(self, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
         n_elements = x.numel()
         return LaunchSpec(
-            grid=(triton.cdiv(n_elements, block_size),),
+            grid=(cdiv(n_elements, block_size),),
             kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements),
             key=self.dispatch(dtype=x.dtype, block_size=block_size),
             result=out,
