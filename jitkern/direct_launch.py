@@ -95,6 +95,7 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
     checks, values, launch_args = [], [], []
     i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
     tensor_checks, pointers, guarded = [], [], []  # tensors: class, dtype and device checked together
+    aligned = []  # addresses that must be multiples of 16: checked together
     arguments = []  # (variable, argument name) of each runtime argument
     for i, param in enumerate(jit_function.params):
         if param.name in constants:  # a constexpr: fixed by the key, passed as it is
@@ -116,6 +117,8 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
         if kind.startswith("*"):
             tensor_checks += lines[:-1]
             pointers.append(lines[-1])
+            if key == "D" and specialise and align:
+                aligned.append(f"p{i}")
             guarded.append((arg, (str(value.dtype).removeprefix("torch."), len(value.shape))))
         elif kind == "i32" and (key == "D" and specialise and align or key is None):
             (multiples_of_16 if key == "D" else unspecialised).append(arg)
@@ -129,6 +132,8 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
         tensor_guard = [f"if not GUARDS.now.check({tensors}):  # else each on its own, then GUARDS learns them",
                         *(f"    {line}" for line in tensor_checks), f"    GUARDS.learn({tensors})"]
     checks += pointers
+    if aligned:
+        checks.append(f"if ({' | '.join(aligned)}) & 15: return False")
     if i32_checks:
         checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
     device_query = _device_getter(active) is not None
@@ -252,7 +257,8 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
     its key whether it is a multiple of 16; bools and floats are not specialised. A
     tensor's address ``p{i}`` goes to the launcher as an int, which it takes as is
     (``is_cuda``, as ``on_cuda`` wants it, stands in for the check the launcher makes on
-    a tensor's address: a CPU tensor's address would run on the GPU).
+    a tensor's address: a CPU tensor's address would run on the GPU). The caller checks
+    the addresses that must be multiples of 16 together, in one line.
     """
     arg, (kind, key) = f"a{i}", specialisation
     if not isinstance(kind, str):
@@ -263,9 +269,8 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
         dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
         namespace[dtype] = value.dtype
         condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
-        if divisibility:
-            return [f"if {condition}: return False",
-                    f"if {'' if key == 'D' else 'not '}(p{i} := {arg}.data_ptr()) & 15: return False"]
+        if divisibility and key != "D":  # one of 16-byte aligned addresses is checked with the others
+            return [f"if {condition}: return False", f"if not (p{i} := {arg}.data_ptr()) & 15: return False"]
         return [f"if {condition}: return False", f"p{i} = {arg}.data_ptr()"]
     if kind in _INT_CLASSES:
         condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
