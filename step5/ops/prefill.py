@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys
+from jitkern import LaunchSpec, TritonJitKernel, cdiv, kernel_launcher, keys
 from jitkern.call_plan import public_call, torch_step
 from step5.ops._rows import (
     _check_deployment,
@@ -35,6 +35,7 @@ from step5.ops._validate import (SIZE_LIMIT, check_index, check_mean, check_out,
                                  check_same_device)
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
+_GROUP_FILL_ROWS = 1024  # rows of the one program that writes -1 to every row itself
 # ptxas register cap (None: ptxas decides). Prefill is a throughput kernel: ptxas picks 128
 # (16 resident programs per SM, the 16 row loads in two batches); 200 gives one batch but 10
 # programs per SM. Measure it against decode's (``step5.ops.decode._DECODE_MAXNREG``;
@@ -56,13 +57,20 @@ def prefill_metadata_layout(tokens: int, rows: int) -> tuple[int, int]:
 # --- prefill, step 1: the step's closing tokens, listed on the device ---------------------
 
 
+def one_program(tokens: int, rows: int) -> bool:
+    """Whether ``build_prefill_groups`` of ``tokens`` tokens into ``rows`` metadata rows is
+    one program, which writes -1 to every row itself before its entries (the small steps
+    of mixed decode and prefill); otherwise torch fills the rows first."""
+    return tokens <= _GROUP_BUILD_TOKENS and rows <= _GROUP_FILL_ROWS
+
+
 @triton.jit(
-    do_not_specialize=["n_tokens", "n_groups", "n_requests", "positions_stride"],
+    do_not_specialize=["n_tokens", "n_groups", "n_requests", "positions_stride", "fill_rows"],
     do_not_specialize_on_alignment=["Slots", "Positions", "Owners", "QueryStartLoc", "Groups"],
 )
 def _build_prefill_groups_kernel(
-    Slots, Positions, Owners, QueryStartLoc, Groups, n_tokens, n_groups, n_requests, positions_stride,
-    BLOCK: tl.constexpr,
+    Slots, Positions, Owners, QueryStartLoc, Groups, n_tokens, n_groups, n_requests, positions_stride, fill_rows,
+    BLOCK: tl.constexpr, FILL_ROWS: tl.constexpr,
 ):
     # Token i of request r = owners[i] closes a region when positions[i] % 8 == 7. Its group is
     #   g = i // 8 + r   (distinct: a request has one closing token in 8 consecutive tokens, and
@@ -71,7 +79,16 @@ def _build_prefill_groups_kernel(
     # from the ring. Row n_groups + r, written by request r's first token, is
     #   [max(qsl[r], qsl[r+1] - 7), qsl[r+1], 0]: the only tokens of r whose row the ring may
     # have to store (an open region has at most 7 rows), for the ring write.
-    # Two levels of loads: slots, positions, owners -> qsl[r], qsl[r+1].
+    # Two levels of loads: slots, positions, owners -> qsl[r], qsl[r+1]. Every other row is
+    # -1: launched as one program (fill_rows > 0), the kernel writes -1 to its first
+    # fill_rows rows itself, before a barrier, so that the entries land last; else torch did.
+    if fill_rows > 0:  # fill_rows <= FILL_ROWS
+        rows = tl.arange(0, FILL_ROWS)
+        row, none = Groups + rows * 3, tl.full((FILL_ROWS,), -1, tl.int32)
+        tl.store(row, none, mask=rows < fill_rows)
+        tl.store(row + 1, none, mask=rows < fill_rows)
+        tl.store(row + 2, none, mask=rows < fill_rows)
+        tl.debug_barrier()
     tokens = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = tokens < n_tokens
     slots = tl.load(Slots + tokens, mask=valid, other=-1)
@@ -134,18 +151,23 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK=_GROUP_BUILD_TOKENS, num_warps=4)
+        return dict(BLOCK=_GROUP_BUILD_TOKENS, FILL_ROWS=_GROUP_FILL_ROWS, num_warps=4)
 
     @kernel_launcher
-    def __call__(self, slots, positions, owners, query_start_loc, groups) -> LaunchSpec:
+    def __call__(self, slots, positions, owners, query_start_loc, groups, fill: bool = False) -> LaunchSpec:
+        """``fill``: one program writes every row of ``groups``, -1 first (``one_program``
+        steps); else ``groups`` must hold -1 already."""
         n_tokens = slots.shape[0]
         requests = query_start_loc.shape[0] - 1
+        if fill and not one_program(n_tokens, groups.shape[0]):
+            raise ValueError(f"fill: one program takes at most {_GROUP_BUILD_TOKENS} tokens and {_GROUP_FILL_ROWS} "
+                             f"rows, got {n_tokens} and {groups.shape[0]}")
         return LaunchSpec(
-            grid=(triton.cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
+            grid=(1,) if fill else (cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
             kwargs=dict(
                 Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
                 n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
-                positions_stride=positions.stride(0),
+                positions_stride=positions.stride(0), fill_rows=groups.shape[0] if fill else 0,
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, owners_dtype=owners.dtype,
@@ -352,8 +374,10 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
 
     Steps that ``update_prefill`` takes in one launch (``prefill_fused.two_launches``:
     at least 256 tokens, at most 33 requests) get the same rows from one kernel that
-    writes every row (no fill), and request rows ``[first, end, request's first token]``.
-    The allocation and the fill are ``torch_step``s, so that a planned call repeats them.
+    writes every row, and request rows ``[first, end, request's first token]``. Other
+    steps take one program that writes every row, -1 first (``one_program``), or else a
+    fill of -1, then the kernel. The allocation and the fill are ``torch_step``s, so that
+    a planned call repeats them.
     """
     if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
@@ -375,12 +399,16 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
         groups = out if out is not None else torch_step(torch.empty, shape, dtype=torch.int32, device=device)
         return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
                                                              prefill_fused.launch_pdl(device))
+    if one_program(tokens, shape[0]):  # it writes every row: no fill launch
+        groups = out if out is not None else torch_step(torch.empty, shape, dtype=torch.int32, device=device)
+        if shape[0]:
+            BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups, fill=True)
+        return groups
     if out is not None:
         groups = torch_step(torch.Tensor.fill_, out, -1)
     else:
         groups = torch_step(torch.full, shape, -1, dtype=torch.int32, device=device)
-    if tokens:
-        BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
+    BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
     return groups
 
 

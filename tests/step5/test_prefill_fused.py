@@ -104,15 +104,56 @@ def test_the_filled_build_writes_every_row_of_the_fill_and_scatter_build(request
         assert torch.equal(filled[groups:, 2], torch.where(listed, starts[:-1].to(filled.device), -1))
 
 
+@pytest.mark.parametrize("requests, max_chunk, padding, dtypes, strided", [
+    (7, 30, 3, (I64, I32, I32), True),
+    (1, 256, 0, (I64, I64, I32), False),  # up to the 256 tokens of one program
+    (300, 1, 40, (I32, I32, I64), True),  # many short requests: up to 1024 rows
+])
+def test_the_one_program_build_writes_every_row_of_the_fill_and_scatter_build(requests, max_chunk, padding, dtypes,
+                                                                              strided):
+    """Steps of at most 256 tokens and 1024 rows: one program writes -1 over a poison, then
+    its entries; the rows are those of torch's fill followed by the scatter build."""
+    from step5.ops.prefill import one_program
+
+    for _ in range(3):
+        slots, positions, owners, starts = _group_inputs(requests, max_chunk, padding, dtypes, strided)
+        tokens = slots.shape[0]
+        expected = torch.full((tokens // 8 + 2 * requests, 3), -1, dtype=I32)
+        if not one_program(tokens, expected.shape[0]):
+            continue
+        BuildPrefillGroupsKernel()(slots, positions, owners, starts, expected)
+        built = torch.full_like(expected, 0x5A5A5A5A)
+        with record_launches() as launches:
+            assert build_prefill_groups(slots, positions, owners, starts, out=built) is built
+        assert [(kernel.name, spec.grid) for kernel, spec in launches] == [("step5.build_prefill_groups", (1,))]
+        assert torch.equal(built, expected), "rows differ"
+
+
+def test_a_step_of_requests_without_tokens_gets_every_row_minus_one():
+    empty = torch.empty(0, dtype=I64)
+    built = torch.full((6, 3), 0x5A5A5A5A, dtype=I32)
+    assert build_prefill_groups(empty, empty, empty.to(I32), torch.zeros(4, dtype=I32), out=built) is built
+    assert bool((built == -1).all())
+
+
+def test_the_one_program_build_refuses_a_step_too_large_for_it():
+    slots, positions, owners, starts = _group_inputs(1, 300, 0, (I64, I64, I32), False)
+    while slots.shape[0] <= 256:
+        slots, positions, owners, starts = _group_inputs(1, 300, 0, (I64, I64, I32), False)
+    groups = torch.empty((slots.shape[0] // 8 + 2, 3), dtype=I32)
+    with pytest.raises(ValueError, match="fill: one program takes at most 256 tokens"):
+        BuildPrefillGroupsKernel()(slots, positions, owners, starts, groups, fill=True)
+
+
 @pytest.mark.parametrize("two, requests, max_chunk, padding, dtypes, strided", [
-    (False, 7, 30, 3, (I64, I32, I32), True),  # below 256 tokens: torch's fill, then the scatter build
+    (False, 7, 30, 3, (I64, I32, I32), True),  # up to 256 tokens: one program writes every row
     (False, 40, 30, 0, (I32, I32, I64), False),  # more requests than the filled build takes
     (True, 33, 40, 5, (I32, I64, I32), False),  # the most requests the filled build takes
     (True, 1, 700, 0, (I64, I64, I32), True),
 ])
 def test_out_gets_the_bytes_of_the_allocating_call(two, requests, max_chunk, padding, dtypes, strided):
     """``out=``, poisoned first, ends as the tensor ``build_prefill_groups`` allocates, on
-    either path (``two``: the filled build, which writes every row; else the fill)."""
+    each path (``two``: the filled build; else one program, or the fill and the build)."""
     for _ in range(3):
         inputs = _group_inputs(requests, max_chunk, padding, dtypes, strided)
         while prefill_fused.two_launches(inputs[0].shape[0], requests) != two:
