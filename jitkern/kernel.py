@@ -70,10 +70,12 @@ class LaunchSpec(Generic[CompileKeyT]):
 
 
 class _ActiveLaunch(threading.local):
-    """The kernel and spec being launched, so compile hooks can name its binary."""
+    """The kernel and spec being launched, so compile hooks can name its binary; and whether
+    launches are rehearsed (``jitkern.rehearsal``), which must never take Triton's path."""
 
     kernel: "TritonJitKernel | None" = None
     spec: "LaunchSpec | None" = None
+    rehearsing: bool = False
 
 
 active_launch = _ActiveLaunch()
@@ -356,6 +358,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
                      if direct is not None and direct.launch is launched), None)
 
     def _launch_through_triton(self, spec: LaunchSpec[CompileKeyT]) -> None:
+        if active_launch.rehearsing:
+            raise LookupError(f"{self.name}: no binary held takes this launch, and a rehearsal never compiles")
         kwargs = self.triton_kwargs(spec)
         active_launch.kernel, active_launch.spec = self, spec
         try:

@@ -254,6 +254,33 @@ def test_load_rehearses_each_kernel_with_an_empty_grid_and_never_with_a_hook_set
     assert calls == [] and seen == []
 
 
+def test_a_rehearsal_no_binary_takes_never_reaches_triton(deployment, monkeypatch):
+    """When no binary held takes the rehearsal's launch, the kernel's launch would go to
+    Triton (a lookup, or a compile): in a rehearsal it raises instead, the kernel is not
+    rehearsed, and launches after ``load()`` take Triton's path again as usual."""
+    from jitkern.examples.axpy import AxpyKernel
+    from jitkern.kernel import TritonJitKernel, active_launch
+
+    manifest, entries, calls = deployment
+    triton_runs, run = [], AxpyKernel.kernel.run
+
+    def counted_run(*args, **kwargs):  # load()'s own lookups are warmups
+        if not kwargs.get("warmup"):
+            triton_runs.append(kwargs)
+        return run(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TritonJitKernel, "_direct_launch_of", lambda self, key: lambda kwargs, grid: False)
+        patch.setattr(TritonJitKernel, "_launch_another_layout", lambda self, spec: False)
+        patch.setattr(AxpyKernel.kernel, "run", counted_run)
+        (loaded,) = load([str(manifest)])
+        assert loaded.binaries == len(entries) and calls == [] and triton_runs == []
+        assert not active_launch.rehearsing
+        x = torch.randn(64)
+        axpy(x, x, 0.5, out=torch.empty(64))
+        assert len(triton_runs) == 1  # outside a rehearsal, Triton's path as ever
+
+
 def test_a_rehearsal_that_fails_leaves_load_whole(deployment, monkeypatch):
     """A kernel whose checks refuse the rehearsal's tensors (any error) is simply not
     rehearsed: ``load()`` still loads everything, and launches work."""
