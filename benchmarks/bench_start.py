@@ -17,6 +17,11 @@ Each run is a fresh Python process that times, in order:
 The first run (cold file-system caches, no memos yet: it takes ``load()``'s full path) is
 shown apart, and the table gives the median of the ``--runs`` after it.
 
+Our packages' bytecode is written first (``compileall``), as pip writes it when it installs
+a package: a process that finds none compiles every module from source, on every run, when
+it may not write bytecode (``PYTHONDONTWRITEBYTECODE``, which the device image sets).
+``--sources-only`` skips that, to measure a checkout without bytecode.
+
 The cache must hold every key of the manifests for this GPU (``python -m jitkern.warmup
 ... --target cuda:90 --cache-dir DIR``; ``load()`` compiles nothing). ``--dry-run`` runs on
 a machine with no GPU through ``jitkern.testing.dry_run_gpu``: the host work only (no
@@ -89,21 +94,34 @@ def one_run(manifests: list[str], cache_dir: str, dry_run: bool, state_dir: str)
     return json.loads(done.stdout.split("RESULT ", 1)[1])
 
 
+PACKAGES = ("jitkern", "step5", "deepseek_v4")  # the shipped manifests' kernels live in these
+
+
+def write_bytecode(packages: tuple[str, ...]) -> bool:
+    """Write each package's bytecode (``__pycache__``), as an install does; whether all was written."""
+    import compileall
+
+    return all(compileall.compile_dir(str(REPO / package), quiet=2) for package in packages)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache-dir", default=os.environ.get("TRITON_CACHE_DIR", str(REPO / ".triton-cache")))
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--manifests", nargs="*", default=sorted(glob.glob(str(REPO / "warmup_manifests/*.json"))))
     parser.add_argument("--dry-run", action="store_true", help="no GPU: host work only, through dry_run_gpu")
+    parser.add_argument("--sources-only", action="store_true", help="do not write our packages' bytecode first")
     args = parser.parse_args()
     cache_dir = str(Path(args.cache_dir).resolve())
+    bytecode = not args.sources_only and write_bytecode(PACKAGES)
     with tempfile.TemporaryDirectory() as state_dir:  # the first run pays triton_key() and remembers it
         first = one_run(args.manifests, cache_dir, args.dry_run, state_dir)
         runs = [one_run(args.manifests, cache_dir, args.dry_run, state_dir) for _ in range(args.runs)]
     median = lambda field: statistics.median(run[field] for run in runs)  # noqa: E731
     binaries = runs[0]["binaries"]
     ours = median("import_s") + median("start_s") + median("modules_s") + median("load_s")
-    where = "CPU dry run (host work only)" if args.dry_run else "GPU"
+    where = ("CPU dry run (host work only)" if args.dry_run else "GPU") + \
+        (", bytecode written first" if bytecode else ", from sources (no bytecode)")
     rows = [
         ("first run (cold file-system caches, no memos: load()'s full path)",
          f"import jitkern {first['import_s']:.3f} s, start {first['start_s']:.3f} s, kernel modules "
