@@ -128,14 +128,14 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
             values, names = args + tuple(kwargs.values()), (len(args), *kwargs)
         else:
             values, names = args, len(args)
-        planned = plans.get(names, ())
-        for i, plan in enumerate(planned):
-            result = plan(values)
+        planned = plans.get(names)
+        if planned:
+            result = planned[0](values)  # the plan used last: most calls repeat it
+            if result is _MISS and len(planned) > 1:
+                result = _another_plan(planned, values)
             if result is not _MISS:
                 if result is _REFUSED:  # its binary refused (another alignment, a hook set): in full, as planned
                     return function(*args, **kwargs)
-                if i:
-                    planned.insert(0, planned.pop(i))
                 return result
         if _recording.launches is not None:  # inside another public call: it records
             return function(*args, **kwargs)
@@ -151,6 +151,18 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
     made = [0]  # plans this function made, evicted ones included
     call.plans = plans
     return call
+
+
+def _another_plan(planned: list, values: tuple) -> Any:
+    """What the first of ``planned``'s other plans that takes ``values`` returned, that plan
+    moved first (unless its binary refused), or ``_MISS``."""
+    for i in range(1, len(planned)):
+        result = planned[i](values)
+        if result is not _MISS:
+            if result is not _REFUSED:
+                planned.insert(0, planned.pop(i))
+            return result
+    return _MISS
 
 
 def _remember(plans: dict, seen: dict, names: Any, values: tuple, launches: list, result: Any) -> bool:

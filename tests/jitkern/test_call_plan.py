@@ -135,6 +135,23 @@ def test_plans_are_bounded_and_a_function_whose_signatures_do_not_repeat_stops_p
     assert planned(fresh) == 2
 
 
+def test_each_planned_signature_is_repeated_and_the_last_used_plan_is_tried_first(launcher_calls, monkeypatch):
+    from jitkern.kernel import TritonJitKernel
+
+    small, large = ((torch.randn(size), torch.randn(size), 2.0, torch.empty(size)) for size in (64, 4096))
+    for args in (small, large, small, large):  # each signature's second full call plans it
+        axpy(*args)
+    plans = axpy.plans[4]
+    assert len(plans) == 2
+    full_launches = []
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda self, spec: full_launches.append(spec))
+    launcher_calls.clear()
+    for args in (small, large, large, small, small):
+        assert axpy(*args) is args[3]
+        assert plans[0](args) is args[3], "the plan just used is not the first one tried"
+    assert full_launches == [] and len(launcher_calls) == 10
+
+
 def test_forgetting_binaries_drops_the_plans(launcher_calls):
     x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
     axpy(x, y, 2.0, out)
