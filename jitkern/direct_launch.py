@@ -206,6 +206,7 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
         "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
         "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
         "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
+        "DATA_PTR": torch.Tensor.data_ptr,  # the method itself: no lookup on each tensor
     }
     for j, (_, globals_dict) in enumerate(jit_function.used_global_vals.values()):
         name = recipe["globals"][j]
@@ -270,8 +271,8 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
         namespace[dtype] = value.dtype
         condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
         if divisibility and key != "D":  # one of 16-byte aligned addresses is checked with the others
-            return [f"if {condition}: return False", f"if not (p{i} := {arg}.data_ptr()) & 15: return False"]
-        return [f"if {condition}: return False", f"p{i} = {arg}.data_ptr()"]
+            return [f"if {condition}: return False", f"if not (p{i} := DATA_PTR({arg})) & 15: return False"]
+        return [f"if {condition}: return False", f"p{i} = DATA_PTR({arg})"]
     if kind in _INT_CLASSES:
         condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
         if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1
@@ -331,7 +332,7 @@ def _example(dtype: torch.dtype, dims: int, device: torch.device) -> torch.Tenso
 def _i32_checks(multiples_of_16: list[str], unspecialised: list[str], exact: list[str]) -> list[str]:
     """The checks of i32 arguments: one condition for the common case, in which the values
     are not negative, then the ``exact`` checks of each argument when it fails."""
-    condition = [f"type({arg}) is int" for arg in multiples_of_16 + unspecialised]
+    condition = [" is ".join([*(f"type({arg})" for arg in multiples_of_16 + unspecialised), "int"])]
     if multiples_of_16:  # all in [0, 2**31) and multiples of 16
         condition.append(f"not (m := {' | '.join(multiples_of_16)}) >> 31 and not m & 15")
     if unspecialised:
