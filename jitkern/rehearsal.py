@@ -40,9 +40,7 @@ def rehearse(kernel: Any) -> bool:
 
     from jitkern.call_plan import input_signature
 
-    runtime, defaults = triton.knobs.runtime, type(triton.knobs.runtime)
-    if runtime.launch_enter_hook is not defaults.launch_enter_hook or defaults.launch_enter_hook.calls \
-            or runtime.launch_exit_hook is not defaults.launch_exit_hook or defaults.launch_exit_hook.calls:
+    if _launch_hook_set(triton.knobs.runtime):
         return False
     device = torch.device(triton.runtime.driver.active.get_active_torch_device())
     for key, binaries in list(getattr(kernel, "_binaries", {}).items()):
@@ -63,6 +61,16 @@ def rehearse(kernel: Any) -> bool:
             return True
         except Exception:  # noqa: BLE001 - stand-ins the kernel refuses as real tensors: the next key
             continue
+    return False
+
+
+def _launch_hook_set(runtime: Any) -> bool:
+    """Whether Triton would call a launch hook: a function set, or one added to a default
+    chain. None, which users set to clear a hook, is none."""
+    for name in ("launch_enter_hook", "launch_exit_hook"):
+        hook, default = getattr(runtime, name), getattr(type(runtime), name)
+        if hook is not None and (hook is not default or default.calls):
+            return True
     return False
 
 

@@ -98,11 +98,9 @@ def test_guard_warn_and_record_modes(tmp_path):
 
 def test_launch_hooks_fire():
     seen = []
-    triton.knobs.runtime.launch_enter_hook = lambda metadata: seen.append(metadata.get()["name"])
-    try:
+    with triton.knobs.runtime.scope():  # the knobs as they were after, not a hook set to None
+        triton.knobs.runtime.launch_enter_hook = lambda metadata: seen.append(metadata.get()["name"])
         axpy(torch.randn(64), torch.randn(64), 1.0)
-    finally:
-        triton.knobs.runtime.launch_enter_hook = None
     assert seen == ["_axpy_kernel"]
 
 

@@ -202,6 +202,7 @@ def test_load_never_collects_the_whole_heap_and_leaves_the_collector_as_it_was(d
             collected.append(info["generation"])
 
     def load_and_note_collections():
+        gc.collect()  # the collector's counts at zero: what ran before this test cannot set one off
         loading.append(True)
         load([str(manifest)])
         loading.clear()
@@ -252,6 +253,13 @@ def test_load_rehearses_each_kernel_with_an_empty_grid_and_never_with_a_hook_set
     finally:
         triton.knobs.runtime.launch_enter_hook.remove(seen.append)
     assert calls == [] and seen == []
+
+    forget_all_binaries()
+    calls.clear()
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.launch_enter_hook = None  # how users clear a hook: none is set
+        load([str(manifest)])
+    assert [(name, grid) for name, grid, *_ in calls] == [("_axpy_kernel", (0, 1, 1))]
 
 
 def test_a_rehearsal_no_binary_takes_never_reaches_triton(deployment, monkeypatch):
