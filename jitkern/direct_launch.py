@@ -270,7 +270,7 @@ def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisi
         dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
         namespace[dtype] = value.dtype
         condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
-        if divisibility and key != "D":  # one of 16-byte aligned addresses is checked with the others
+        if divisibility and key != "D":  # an address that must be 16-byte aligned: the caller checks them together
             return [f"if {condition}: return False", f"if not (p{i} := DATA_PTR({arg})) & 15: return False"]
         return [f"if {condition}: return False", f"p{i} = DATA_PTR({arg})"]
     if kind in _INT_CLASSES:
