@@ -64,4 +64,3 @@ def drop_root_override() -> None:
 def make_read_only(folder: Path) -> None:
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
-
