@@ -110,17 +110,18 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
             kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
         except (TypeError, OverflowError):
             return None
-        lines = _argument_checks(i, value, (kind, key), specialise and align, on_cuda, namespace)
+        divisible = specialise and align  # Triton tells multiples of 16 apart
+        lines = _argument_checks(i, value, (kind, key), divisible, on_cuda, namespace)
         if lines is None:
             return None
         lines = [f"# {param.name}: {(kind, key)!r}", *lines]
         if kind.startswith("*"):
             tensor_checks += lines[:-1]
             pointers.append(lines[-1])
-            if key == "D" and specialise and align:
+            if key == "D" and divisible:
                 aligned.append(f"p{i}")
             guarded.append((arg, (str(value.dtype).removeprefix("torch."), len(value.shape))))
-        elif kind == "i32" and (key == "D" and specialise and align or key is None):
+        elif kind == "i32" and (key == "D" and divisible or key is None):
             (multiples_of_16 if key == "D" else unspecialised).append(arg)
             i32_checks += lines
         else:

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from jitkern.grid import cdiv
 from jitkern.kernel import active_launch
 from jitkern.warmup_inputs import TritonWarmupTensor
 
@@ -93,7 +94,7 @@ def _real_inputs(stand_ins: dict[str, Any], device: torch.device) -> dict[str, A
             offset = 0 if value.aligned else 1  # one element past an allocation's start: not 16-byte aligned
             if value.ptr_range() > LARGEST_TENSOR_BYTES:
                 return None
-            elements = -(-value.ptr_range() // value.element_size()) + offset
+            elements = cdiv(value.ptr_range(), value.element_size()) + offset
             storage = torch.empty(elements, dtype=value.dtype, device=device)
             value = storage.as_strided(value.shape, value.stride(), offset)
         inputs[name] = value

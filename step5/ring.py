@@ -18,6 +18,8 @@ from typing import Hashable, Sequence
 
 import torch
 
+from jitkern.grid import cdiv
+
 REGION = 8
 RING_ROW = 512  # [key (256) | z (256)], bf16
 
@@ -41,7 +43,7 @@ class Step5RingMetadata:
 
 def default_capacity(draft_tokens: int) -> int:
     """The smallest multiple of 8 that is at least ``7 + draft_tokens``."""
-    return -(-(7 + draft_tokens) // REGION) * REGION
+    return cdiv(7 + draft_tokens, REGION) * REGION
 
 
 def _int(name: str, value) -> int:
