@@ -166,9 +166,12 @@ def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
         binaries = [_binary_record(name, binary_key, binary, kernels[name]) for name, binary_key, binary in loaded]
         pickers = [(name, _encode_key(key), pick.recipe, list(kernel._binaries[key]))
                    for name, kernel in kernels.items() for key, pick in kernel._pickers.items()]
-        sources = [record["recipe"]["source"] for record in binaries] + [recipe["source"] for _, _, recipe, _ in pickers]
+        recipes = [record["recipe"] for record in binaries] + [recipe for _, _, recipe, _ in pickers]
+        sources = {recipe["source"]: recipe["source"] for recipe in recipes}
+        for recipe in recipes:  # one object per source text, which marshal then writes once
+            recipe["source"] = sources[recipe["source"]]
         memo = {"format": FORMAT, "code": file_stats(code_files(list(kernels.values()))), "modules": list(modules),
-                "binaries": binaries, "pickers": pickers, "compiled": known_code(list(dict.fromkeys(sources)))}
+                "binaries": binaries, "pickers": pickers, "compiled": known_code(list(sources))}
         data = marshal.dumps(memo)
     except (NotRemembered, ValueError):
         return False
@@ -290,12 +293,18 @@ def _sharing_identical_work() -> Iterator[None]:
     - Each launcher looks its C module up by the sha256 of its source, in the cache (which
       reads the module whole, to check it against the lock) and imports it: one lookup per
       source here; the module is the same either way.
+    - CUDA's launcher writes that C source from the binary's argument types alone
+      (``make_launcher`` ignores the constants' values): once per signature here, not per
+      binary (the 293 shipped binaries have 45 signatures).
     """
     from triton.runtime import build
 
     original_namedtuple, original_module = collections.namedtuple, build.compile_module_from_src
     classes: dict[tuple, type] = {}
     modules: dict[tuple, Any] = {}
+    sources: dict[str, str] = {}
+    cuda_driver = sys.modules.get("triton.backends.nvidia.driver")
+    original_source = getattr(cuda_driver, "make_launcher", None)
 
     def namedtuple(typename, field_names, **options):
         key = (typename, tuple(field_names), tuple(sorted(options.items())))
@@ -309,14 +318,24 @@ def _sharing_identical_work() -> Iterator[None]:
             modules[key] = original_module(src, name, library_dirs, include_dirs, libraries, ccflags)
         return modules[key]
 
+    def make_launcher(constants, signature, tensordesc_meta):
+        key = repr((list(signature.items()), tensordesc_meta))
+        if key not in sources:
+            sources[key] = original_source(constants, signature, tensordesc_meta)
+        return sources[key]
+
     users = [module for name, module in list(sys.modules.items())  # the backends' drivers import it by name
              if name.startswith("triton.") and getattr(module, "compile_module_from_src", None) is original_module]
     collections.namedtuple = namedtuple
     for module in users:
         module.compile_module_from_src = compile_module_from_src
+    if original_source is not None:
+        cuda_driver.make_launcher = make_launcher
     try:
         yield
     finally:
         collections.namedtuple = original_namedtuple
         for module in users:
             module.compile_module_from_src = original_module
+        if original_source is not None:
+            cuda_driver.make_launcher = original_source

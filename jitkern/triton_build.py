@@ -30,7 +30,7 @@ from typing import Callable
 from jitkern import settings
 
 MEMO_FILE = "triton-key.json"
-MAX_BUILDS = 16  # builds remembered per machine; the oldest is dropped
+MAX_ANSWERS = 16  # builds (or other keys) remembered per machine and memo; the oldest is dropped
 
 
 def triton_root() -> str:
@@ -76,8 +76,15 @@ def file_stats(paths: list[str]) -> list[tuple]:
     return stats
 
 
-def memo_path() -> str:
-    return os.path.join(settings.current().state_dir, MEMO_FILE)
+def remembered(file_name: str, key: str, compute: Callable[[], str]) -> str:
+    """``compute()``'s answer for ``key``, from this machine's memo ``file_name`` (in
+    ``JITKERN_STATE_DIR``) when recorded there, else computed and recorded."""
+    path = os.path.join(settings.current().state_dir, file_name)
+    answer = _read_memo(path).get(key)
+    if answer is None:
+        answer = compute()
+        _write_memo(path, key, answer)
+    return answer
 
 
 def _read_memo(path: str) -> dict[str, str]:
@@ -89,31 +96,25 @@ def _read_memo(path: str) -> dict[str, str]:
     return {k: v for k, v in memo.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(memo, dict) else {}
 
 
-def _write_memo(path: str, build: str, key: str) -> None:
+def _write_memo(path: str, key: str, answer: str) -> None:
     memo = _read_memo(path)
-    memo.pop(build, None)
-    memo[build] = key
-    memo = dict(list(memo.items())[-MAX_BUILDS:])
+    memo.pop(key, None)
+    memo[key] = answer
+    memo = dict(list(memo.items())[-MAX_ANSWERS:])
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".triton-key.", dir=os.path.dirname(path))
+        handle, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=os.path.dirname(path))
         with os.fdopen(handle, "w") as file:
             json.dump(memo, file)
         os.replace(temporary, path)
     except OSError:
-        pass  # a read-only home: the next process hashes again
+        pass  # a read-only home: the next process computes it again
 
 
 def remembered_triton_key(compute: Callable[[], str]) -> str:
     """``compute()``'s answer (Triton's ``triton_key``), from the memo when this exact build
     recorded it, else computed and recorded."""
-    build = fingerprint()
-    path = memo_path()
-    key = _read_memo(path).get(build)
-    if key is None:
-        key = compute()
-        _write_memo(path, build, key)
-    return key
+    return remembered(MEMO_FILE, fingerprint(), compute)
 
 
 _original: list[Callable[[], str]] = []

@@ -306,3 +306,22 @@ def test_a_rehearsal_that_fails_leaves_load_whole(deployment, monkeypatch):
     x = torch.randn(64)
     axpy(x, x, 0.5, out=torch.empty(64))
     assert [grid for _name, grid, *_ in calls] == [(1, 1, 1)]
+
+
+def test_a_memo_load_writes_each_cuda_launcher_source_once_per_signature(monkeypatch):
+    """CUDA's ``make_launcher`` writes the same C source for binaries whose argument types
+    match, whatever their constants' values; a memo ``load()`` asks it once per signature."""
+    from triton.backends.nvidia import driver as cuda_driver
+
+    signature = {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    other_types = {**signature, "n": "i64"}
+    written = []
+    make_launcher = cuda_driver.make_launcher
+    monkeypatch.setattr(cuda_driver, "make_launcher", lambda *args: written.append(args) or make_launcher(*args))
+    assert make_launcher({(3,): 128}, signature, None) == make_launcher({(3,): 256, (2,): 16}, signature, None)
+    with load_memo._sharing_identical_work():
+        sources = [cuda_driver.make_launcher(constants, types, None)
+                   for constants, types in [({(3,): 128}, signature), ({(3,): 256}, signature), ({(3,): 128}, other_types)]]
+    assert sources[0] == sources[1] != sources[2]
+    assert [types for _, types, _ in written] == [signature, other_types]
+    assert cuda_driver.make_launcher.__name__ == "<lambda>"  # put back as it was
