@@ -12,8 +12,8 @@ Triton cache entry it came from, the specialisation Triton compiled it for (the
 with the compiled code; per key of several layouts, its layout picker. A later process
 whose deployment has the same **fingerprint** takes each entry straight from the cache,
 checked as the cache manager checks every entry (whole, and matching the trusted lock
-when one is pinned), builds Triton's own ``CompiledKernel`` from its metadata and
-binary, and binds the recorded direct launch to it.
+when one is pinned), builds Triton's own ``CompiledKernel`` from its binary and the
+metadata the memo recorded, and binds the recorded direct launch to it.
 
 The fingerprint is a sha256 of each manifest's path and bytes, ``triton_key()``, the
 target and the number of GPUs, Triton's cache-invalidating settings and every
@@ -52,7 +52,7 @@ from jitkern import settings
 from jitkern.specialisation import BinaryKey
 from jitkern.triton_build import file_stats
 
-FORMAT = 1
+FORMAT = 2
 MEMO_FOLDER = "loads"
 MAX_MEMOS = 32  # deployments remembered per machine; the oldest memo is dropped
 
@@ -206,16 +206,46 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
     direct = kernel._binaries.get(binary_key.key, {}).get(binary_key.layout)
     if binary_file not in group or getattr(src, "fn", None) is not kernel.kernel or direct is None:
         raise NotRemembered(name)
+    stats = _entry_stats(group, metadata)  # before the metadata is read: a later rewrite changes them
+    with open(group[metadata]) as file:
+        fields = json.load(file)
     record = {
         "kernel": name, "key": _encode_key(binary_key.key), "layout": binary_key.layout,
         "hash": binary.hash, "folder": os.path.basename(os.path.dirname(group[metadata])),
-        "metadata": metadata, "binary": binary_file,
+        "metadata": metadata, "binary": binary_file, "metadata_fields": fields,
         "signature": src.signature, "constexprs": src.constants, "attrs": src.attrs, "recipe": direct.recipe,
-        "files": dict(group), "stats": _entry_stats(group, metadata),
+        "files": dict(group), "stats": stats,
     }
+    two_files = {file: group[file] for file in (metadata, binary_file)}
+    made, by_triton = _compiled_kernel(src, record, two_files), CompiledKernel(src, two_files, binary.hash)
+    if vars(made) != vars(by_triton) or made.metadata._fields != by_triton.metadata._fields:
+        raise NotRemembered(name)  # another Triton, whose CompiledKernel holds more than ours makes
     if marshal.loads(marshal.dumps(record)) != record:
         raise NotRemembered(name)
     return record
+
+
+def _compiled_kernel(src: Any, record: dict, files: dict[str, str]) -> Any:
+    """The ``CompiledKernel`` that Triton's ``__init__`` makes of an entry's metadata and
+    binary files (``files``), with the metadata taken as the memo recorded it, not read and
+    parsed again (half the time the ``__init__`` took). The memo's writer checked, per
+    binary, that both make the same object; the loader, that the files are those recorded."""
+    from triton.compiler.compiler import AsmDict, CompiledKernel, GPUTarget, make_backend
+
+    fields = dict(record["metadata_fields"])
+    target = fields["target"]
+    fields["target"] = GPUTarget(target["backend"], target["arch"], target["warp_size"])
+    kernel = CompiledKernel.__new__(CompiledKernel)
+    kernel.metadata = collections.namedtuple("KernelMetadata", sorted(fields))(**fields)
+    backend = make_backend(kernel.metadata.target)
+    kernel.packed_metadata = backend.pack_metadata(kernel.metadata)
+    kernel.src, kernel.hash, kernel.name = src, record["hash"], kernel.metadata.name
+    with open(files[record["binary"]], "rb") as file:
+        kernel.kernel = file.read()
+    kernel.asm = AsmDict({backend.binary_ext: kernel.kernel})
+    kernel.metadata_group = files
+    kernel.module = kernel.function = kernel._run = None
+    return kernel
 
 
 def _entry_stats(files: dict[str, str], metadata: str) -> list[tuple]:
@@ -256,26 +286,27 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
     from jitkern.direct_launch import known_code
 
     registry.import_modules(memo["modules"])
-    found = []
+    found = []  # (record, the entry's files, whether they are those recorded)
     for record in memo["binaries"]:
         if _entry_stats(record["files"], record["metadata"]) == record["stats"]:  # as checked when recorded
-            found.append((record, record["files"]))
+            found.append((record, record["files"], True))
             continue
         state = lookup_entry(record["folder"], record["metadata"])
         if not state.usable:
             return None
-        found.append((record, state.files))
+        found.append((record, state.files, False))
     known_code(codes=memo["compiled"])
-    kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record, _ in found)}
+    kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record, _, _ in found)}
     loaded: dict[str, tuple[int, float]] = {}
     with _sharing_identical_work():
-        for record, files in found:
+        for record, files, as_recorded in found:
             start = time.perf_counter()
             kernel = kernels[record["kernel"]]
             src = ASTSource(kernel.kernel, record["signature"], record["constexprs"], record["attrs"])
             group = {name: files[name] for name in (record["metadata"], record["binary"])}
-            kernel.adopt(BinaryKey(_decode_key(kernel.CompileKey, record["key"]), record["layout"]),
-                         CompiledKernel(src, group, record["hash"]), record["recipe"])
+            binary = _compiled_kernel(src, record, group) if as_recorded else CompiledKernel(src, group, record["hash"])
+            kernel.adopt(BinaryKey(_decode_key(kernel.CompileKey, record["key"]), record["layout"]), binary,
+                         record["recipe"])
             binaries, seconds = loaded.get(record["kernel"], (0, 0.0))
             loaded[record["kernel"]] = (binaries + 1, seconds + time.perf_counter() - start)
     for name, key, recipe, layouts in memo["pickers"]:

@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from triton.compiler.compiler import CompiledKernel
 from reliability_testing import forget_all_binaries, warm
 from warmup_testing import example_manifest
 
@@ -97,6 +98,11 @@ def test_a_second_load_takes_every_binary_from_the_memo_as_the_full_path_did(dep
     calls.clear()
     assert looked_up == [] and again.binaries == first.binaries
     assert held(AXPY) == full
+    for by_layout in registry.get_kernel(AXPY)._binaries.values():  # as Triton makes them of those files
+        for binary in (direct.binary for direct in by_layout.values()):
+            by_triton = CompiledKernel(binary.src, binary.metadata_group, binary.hash)
+            for field in ("metadata", "packed_metadata", "name", "hash", "kernel", "asm", "metadata_group"):
+                assert getattr(binary, field) == getattr(by_triton, field), field
     for x, y, alpha, out in arguments:
         axpy(x, y, alpha, out=out)
     assert calls == full_calls and len(calls) == 4
@@ -130,6 +136,25 @@ def test_anything_the_memo_vouches_for_changed_takes_the_full_path(deployment, m
         file.write(b"not a memo" if memo.pop("garbage", False) else load_memo.marshal.dumps(memo))
     os.chmod(path, memo.pop("mode", 0o600))
 
+    forget_all_binaries()
+    looked_up = full_paths(monkeypatch)
+    (loaded,) = load([str(manifest)])
+    assert len(looked_up) == loaded.binaries == len(entries)
+
+
+def test_a_triton_whose_compiled_kernel_holds_more_is_never_remembered(deployment, monkeypatch):
+    """The memo makes Triton's ``CompiledKernel`` itself; its writer checks each one
+    against Triton's own and writes nothing when they differ."""
+    manifest, entries, _calls = deployment
+    made_by_triton = CompiledKernel.__init__
+
+    def holding_more(self, *args):
+        made_by_triton(self, *args)
+        self.occupancy = 0.5
+
+    monkeypatch.setattr(CompiledKernel, "__init__", holding_more)
+    load([str(manifest)])
+    assert not os.path.exists(os.path.join(settings.current().state_dir, load_memo.MEMO_FOLDER))
     forget_all_binaries()
     looked_up = full_paths(monkeypatch)
     (loaded,) = load([str(manifest)])
