@@ -11,7 +11,9 @@ the kernel needs no scratch memory, skips its Python wrapper for the C launch fu
 Then each public function (``benchmarks/launch_samples.public_calls``): "call us" is the
 whole call (input validation, building each LaunchSpec, the launches: after the first call
 of an input signature, ``jitkern.call_plan`` repeats its launches), "bare us" the bare
-launcher of each kernel it launches, summed. Each figure is the median over ``--repeats``
+launcher of each kernel it launches, summed, and "torch us" the torch work the call does
+besides (``jitkern.torch_step``s: allocating its output, a fill), which a program calling
+the bare launcher would do too: ``call/(torch+bare)`` is what jitkern adds to that. Each figure is the median over ``--repeats``
 of the mean host time of ``--launches`` launches; the ways compared take turns within each
 repeat, so that drift of the host hits them alike.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
@@ -37,17 +39,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` and our packages import from the repo
 
 
-def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> list:
-    """Call ``function`` and return the (kernel, spec) of each launch it made (not its torch steps)."""
+def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> tuple[list, list]:
+    """Call ``function``: the (kernel, spec) of each launch it made, and its torch steps
+    (``jitkern.torch_step``: the allocation of its output, a fill)."""
     from jitkern import call_plan
 
-    call_plan._recording.launches = launches = []
+    call_plan._recording.launches = recorded = []
     try:
         function(*args, **kwargs)
     finally:
         call_plan._recording.launches = None
-    return [(kernel, spec) for kernel, spec, _launched in (launch for launch in launches
-                                                         if not isinstance(launch, call_plan.TorchStep))]
+    steps = [entry for entry in recorded if isinstance(entry, call_plan.TorchStep)]
+    return [(kernel, spec) for kernel, spec, _launched in (entry for entry in recorded if entry not in steps)], steps
 
 
 def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,
@@ -119,7 +122,7 @@ def main() -> None:
     with dry_run_gpu() if args.dry_run else contextlib.nullcontext():
         launch_rows, call_rows, seen = [], [], set()
         for function, call_args, call_kwargs in launch_samples.public_calls(device):
-            launches = recorded_launches(function, call_args, call_kwargs)
+            launches, steps = recorded_launches(function, call_args, call_kwargs)
             bare_ways = []
             for kernel, spec in launches:
                 ways = three_ways(kernel, spec, args.every_layout)
@@ -129,11 +132,18 @@ def main() -> None:
                     launch_rows.append((kernel.name, *host_microseconds(list(ways), args.launches, args.repeats,
                                                                          sync)))
             call_way = lambda function=function, a=call_args, k=call_kwargs: function(*a, **k)  # noqa: E731
-            call_us, *bare_us = host_microseconds([call_way, *bare_ways], args.launches, args.repeats, sync)
+
+            def torch_way(steps=steps):  # what a plain Triton program calling the bare launcher does besides
+                for step in steps:
+                    step.function(*step.args, **step.kwargs)
+
+            call_us, torch_us, *bare_us = host_microseconds([call_way, torch_way, *bare_ways], args.launches,
+                                                            args.repeats, sync)
             kernels = "+".join(kernel.name.split(".")[-1] for kernel, _ in launches)
             keywords = "".join(f", {name}=" for name in call_kwargs)  # "(..., out=)": another row of the function
             call_rows.append((f"{function.__module__.split('.')[0]}.{function.__name__}"
-                              f"{f'(...{keywords})' if keywords else ''} ({kernels})", call_us, sum(bare_us)))
+                              f"{f'(...{keywords})' if keywords else ''} ({kernels})", call_us, sum(bare_us),
+                              torch_us if steps else 0.0))
         graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
 
     header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"
@@ -142,11 +152,13 @@ def main() -> None:
     for name, jitkern_us, triton_us, bare_us in sorted(launch_rows):
         print(f"{name:38} {jitkern_us:10.2f} {triton_us:10.2f} {bare_us:8.2f} "
               f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f}")
-    header = f"{'public call (its launches)':68} {'call us':>8} {'bare us':>8} {'call/bare':>9}"
+    header = (f"{'public call (its launches)':68} {'call us':>8} {'bare us':>8} {'call/bare':>9} {'torch us':>8} "
+              f"{'call/(torch+bare)':>17}")
     print("\n" + header)
     print("-" * len(header))
-    for name, call_us, bare_us in call_rows:
-        print(f"{name:68} {call_us:8.2f} {bare_us:8.2f} {call_us / bare_us:9.2f}")
+    for name, call_us, bare_us, torch_us in call_rows:
+        print(f"{name:68} {call_us:8.2f} {bare_us:8.2f} {call_us / bare_us:9.2f} {torch_us:8.2f} "
+              f"{call_us / (torch_us + bare_us):17.2f}")
     if graph_us is not None:
         print(f"decode step at batch 64 (CUDA graph of 10 steps, GPU time per step): {graph_us:.2f} us")
 

@@ -377,7 +377,8 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
     writes every row, and request rows ``[first, end, request's first token]``. Other
     steps take one program that writes every row, -1 first (``one_program``), or else a
     fill of -1, then the kernel. The allocation and the fill are ``torch_step``s, so that
-    a planned call repeats them.
+    a planned call repeats them. ``torch.empty`` takes the sizes one by one: it parses them
+    faster than a tuple (2.2 against 3.5 us on the H200's host, run 72).
     """
     if not isinstance(slots, torch.Tensor) or slots.dim() != 1:
         raise ValueError("slots: expected a 1-D int32/int64 tensor")
@@ -396,11 +397,11 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
     from step5.ops import prefill_fused  # (imported here: an import above would move the kernels' lines)
 
     if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
-        groups = out if out is not None else torch_step(torch.empty, shape, dtype=torch.int32, device=device)
+        groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
         return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
                                                              prefill_fused.launch_pdl(device))
     if one_program(tokens, shape[0]):  # it writes every row: no fill launch
-        groups = out if out is not None else torch_step(torch.empty, shape, dtype=torch.int32, device=device)
+        groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
         if shape[0]:
             BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups, fill=True)
         return groups
