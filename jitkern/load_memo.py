@@ -15,6 +15,10 @@ checked as the cache manager checks every entry (whole, and matching the trusted
 when one is pinned), builds Triton's own ``CompiledKernel`` from its binary and the
 metadata the memo recorded, and binds the recorded direct launch to it.
 
+Each kernel's Triton key (settled at import: its source, its helpers' and the values of
+the ``constexpr`` globals they read) must also be the one recorded, or the process takes
+the full path.
+
 The fingerprint is a sha256 of each manifest's path and bytes, ``triton_key()``, the
 target and the number of GPUs, Triton's cache-invalidating settings and every
 ``TRITON_*`` variable, the files of Triton's bundled tools (``ptxas``), the cache
@@ -171,6 +175,7 @@ def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
         for recipe in recipes:  # one object per source text, which marshal then writes once
             recipe["source"] = sources[recipe["source"]]
         memo = {"format": FORMAT, "code": file_stats(code_files(list(kernels.values()))), "modules": list(modules),
+                "triton_keys": {name: kernel.kernel.cache_key for name, kernel in kernels.items()},
                 "binaries": binaries, "pickers": pickers, "compiled": known_code(list(sources))}
         data = marshal.dumps(memo)
     except (NotRemembered, ValueError):
@@ -286,6 +291,8 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
     from jitkern.direct_launch import known_code
 
     registry.import_modules(memo["modules"])
+    if any(registry.get_kernel(name).kernel.cache_key != key for name, key in memo["triton_keys"].items()):
+        return None  # a global constexpr of another value (read from the environment, say): other binaries
     found = []  # (record, the entry's files, whether they are those recorded)
     for record in memo["binaries"]:
         if _entry_stats(record["files"], record["metadata"]) == record["stats"]:  # as checked when recorded

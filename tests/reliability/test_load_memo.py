@@ -161,6 +161,20 @@ def test_a_triton_whose_compiled_kernel_holds_more_is_never_remembered(deploymen
     assert len(looked_up) == loaded.binaries == len(entries)
 
 
+def test_a_kernel_of_another_triton_key_takes_the_full_path(deployment, monkeypatch):
+    """A kernel whose Triton key differs from the recorded one, as it does when a
+    ``constexpr`` global it reads has another value in this process (read from the
+    environment, say), is looked up by that key: none of the recorded binaries is its."""
+    manifest, _entries, _calls = deployment
+    load([str(manifest)])
+    forget_all_binaries()
+    monkeypatch.setattr(registry.get_kernel(AXPY).kernel, "hash", "f" * 64)  # as another value would hash
+    looked_up = full_paths(monkeypatch)
+    with pytest.raises(MissingBinary):
+        load([str(manifest)])
+    assert looked_up and not registry.get_kernel(AXPY)._binaries
+
+
 def test_a_triton_setting_or_jitkern_setting_is_another_deployment(deployment, monkeypatch):
     manifest, _entries, _calls = deployment
     fingerprint = load_memo.deployment_fingerprint([str(manifest)])
