@@ -217,7 +217,7 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
     record = {
         "kernel": name, "key": _encode_key(binary_key.key), "layout": binary_key.layout,
         "hash": binary.hash, "folder": os.path.basename(os.path.dirname(group[metadata])),
-        "metadata": metadata, "binary": binary_file, "metadata_fields": fields,
+        "metadata": metadata, "binary": binary_file, "metadata_fields": fields, "packed": binary.packed_metadata,
         "signature": src.signature, "constexprs": src.constants, "attrs": src.attrs, "recipe": direct.recipe,
         "files": dict(group), "stats": stats,
     }
@@ -232,22 +232,23 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
 
 def _compiled_kernel(src: Any, record: dict, files: dict[str, str]) -> Any:
     """The ``CompiledKernel`` that Triton's ``__init__`` makes of an entry's metadata and
-    binary files (``files``), with the metadata taken as the memo recorded it, not read and
-    parsed again (half the time the ``__init__`` took). The memo's writer checked, per
-    binary, that both make the same object; the loader, that the files are those recorded."""
-    from triton.compiler.compiler import AsmDict, CompiledKernel, GPUTarget, make_backend
+    binary files (``files``), with the metadata and what the backend packs of it taken as
+    the memo recorded them, not read, parsed and packed again (most of the time the
+    ``__init__`` took). The memo's writer checked, per binary, that both make the same
+    object; the loader, that the files are those recorded."""
+    from triton.compiler.compiler import AsmDict, CompiledKernel, GPUTarget
 
     fields = dict(record["metadata_fields"])
     target = fields["target"]
     fields["target"] = GPUTarget(target["backend"], target["arch"], target["warp_size"])
+    names = sorted(fields)
     kernel = CompiledKernel.__new__(CompiledKernel)
-    kernel.metadata = collections.namedtuple("KernelMetadata", sorted(fields))(**fields)
-    backend = make_backend(kernel.metadata.target)
-    kernel.packed_metadata = backend.pack_metadata(kernel.metadata)
+    kernel.metadata = collections.namedtuple("KernelMetadata", names)._make([fields[name] for name in names])
+    kernel.packed_metadata = record["packed"]
     kernel.src, kernel.hash, kernel.name = src, record["hash"], kernel.metadata.name
     with open(files[record["binary"]], "rb") as file:
         kernel.kernel = file.read()
-    kernel.asm = AsmDict({backend.binary_ext: kernel.kernel})
+    kernel.asm = AsmDict({os.path.splitext(record["binary"])[1][1:]: kernel.kernel})  # {"cubin": ...}
     kernel.metadata_group = files
     kernel.module = kernel.function = kernel._run = None
     return kernel
