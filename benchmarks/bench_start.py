@@ -4,10 +4,7 @@ manifest + the first launch, each in a fresh process.
     python3 benchmarks/bench_start.py [--cache-dir DIR] [--runs 5] [--manifests ...] [--dry-run]
 
 Each run is a fresh Python process that times, in order:
-- what any engine pays anyway: ``import torch``, ``import triton``, the CUDA context, the
-  GPU's properties (``torch.cuda.get_device_capability()``: torch reads them all the first
-  time, 20 ms on the H200; engines ask before choosing their kernels, and Triton asks
-  before it loads a binary);
+- what any engine pays anyway: ``import torch``, ``import triton``, the CUDA context;
 - import: ``import jitkern`` (after torch and triton);
 - process start: ``jitkern.warmup.start_process()``: Triton's hash of its own build,
   ``triton_key()``, which jitkern remembers per installed build (``JITKERN_STATE_DIR``,
@@ -65,9 +62,6 @@ with dry_run_gpu() if dry_run else contextlib.nullcontext():
     t4 = clock()
     if not dry_run:
         torch.cuda.init(); torch.empty(1, device="cuda"); sync()
-    t4p = clock()
-    if not dry_run:
-        torch.cuda.get_device_capability()
     t5 = clock()
     start_process()
     t6 = clock()
@@ -82,7 +76,7 @@ with dry_run_gpu() if dry_run else contextlib.nullcontext():
     t8 = clock(); axpy(x, y, 2.0, out); sync(); t9 = clock()
     axpy(x, y, 2.0, out); sync(); t10 = clock()
 print("RESULT " + json.dumps(dict(
-    torch_s=t1 - t0, triton_s=t2 - t1, import_s=t3 - t2, context_s=t4p - t4, properties_s=t5 - t4p, start_s=t6 - t5, modules_s=t6m - t6,
+    torch_s=t1 - t0, triton_s=t2 - t1, import_s=t3 - t2, context_s=t5 - t4, start_s=t6 - t5, modules_s=t6m - t6,
     load_s=t7 - t6m,
     binaries=sum(row.binaries for row in loaded_kernels), first_ms=(t9 - t8) * 1e3, second_ms=(t10 - t9) * 1e3,
     kernels={{row.kernel: [row.binaries, row.seconds] for row in loaded_kernels}})))
@@ -135,7 +129,6 @@ def main() -> None:
         ("import torch (the engine's own)", f"{median('torch_s'):.3f} s"),
         ("import triton (the engine's own)", f"{median('triton_s'):.3f} s"),
         ("CUDA context (the engine's own)", f"{median('context_s'):.3f} s"),
-        ("the GPU's properties (the engine's own)", f"{median('properties_s'):.3f} s"),
         ("import jitkern (after torch and triton)", f"{median('import_s'):.3f} s"),
         ("process start: Triton's triton_key(), remembered", f"{median('start_s'):.3f} s"),
         ("import the kernel modules the manifests name", f"{median('modules_s'):.3f} s"),
