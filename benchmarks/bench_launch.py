@@ -13,9 +13,9 @@ whole call (input validation, building each LaunchSpec, the launches: after the 
 of an input signature, ``jitkern.call_plan`` repeats its launches), "bare us" the bare
 launcher of each kernel it launches, summed, and "torch us" the torch work the call does
 besides (``jitkern.torch_step``s: allocating its output, a fill), which a program calling
-the bare launcher would do too: ``call/(torch+bare)`` is what jitkern adds to that. Each figure is the median over ``--repeats``
-of the mean host time of ``--launches`` launches; the ways compared take turns within each
-repeat, so that drift of the host hits them alike.
+the bare launcher would do too: ``call/(torch+bare)`` is what jitkern adds to that. Each
+figure is the median over ``--repeats`` of the mean host time of ``--launches`` launches;
+the ways compared take turns within each repeat, so that drift of the host hits them alike.
 Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
 DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
 through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
@@ -50,7 +50,8 @@ def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> tuple[li
     finally:
         call_plan._recording.launches = None
     steps = [entry for entry in recorded if isinstance(entry, call_plan.TorchStep)]
-    return [(kernel, spec) for kernel, spec, _launched in (entry for entry in recorded if entry not in steps)], steps
+    launches = [entry for entry in recorded if not isinstance(entry, call_plan.TorchStep)]
+    return [(kernel, spec) for kernel, spec, _launched in launches], steps
 
 
 def host_microseconds(ways: list[Callable[[], None]], launches: int, repeats: int,

@@ -341,13 +341,18 @@ def installed_distributions() -> str | None:
     for entry in sys.path:
         folder = entry or os.curdir
         try:
-            names = sorted(child.name for child in os.scandir(folder)
-                           if child.name.lower().endswith((".dist-info", ".egg-info")) or child.name.lower() == "egg-info")
+            names = sorted(child.name for child in os.scandir(folder) if _holds_metadata(child.name.lower()))
         except OSError:  # a zip file, or nothing there
             digest.update(repr((entry, file_stats([folder]))).encode())
             continue
-        digest.update(repr((entry, file_stats([os.path.join(folder, name, "entry_points.txt") for name in names]))).encode())
+        entry_points = [os.path.join(folder, name, "entry_points.txt") for name in names]
+        digest.update(repr((entry, file_stats(entry_points))).encode())
     return digest.hexdigest()
+
+
+def _holds_metadata(name: str) -> bool:
+    """Whether Python's path finder reads a distribution's metadata from a folder so named."""
+    return name.endswith((".dist-info", ".egg-info")) or name == "egg-info"
 
 
 def _find_wheel_roots() -> tuple[str, ...]:
