@@ -37,8 +37,8 @@ class Settings:
     store must never see it."""
     state_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "jitkern")
     """JITKERN_STATE_DIR: where this machine's memos live (Triton's hash of each installed
-    build: ``jitkern.triton_build``; what each deployment's ``load()`` found:
-    ``jitkern.load_memo``)."""
+    build: ``jitkern.triton_build``; the installed cache wheels: ``jitkern.cache``; what
+    each deployment's ``load()`` found: ``jitkern.load_memo``)."""
     load_memo: bool = True
     """JITKERN_LOAD_MEMO: let ``load()`` take a deployment's binaries from what an earlier
     process's ``load()`` of the same deployment recorded (``jitkern.load_memo``)."""
