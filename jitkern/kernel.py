@@ -123,6 +123,7 @@ class JitKernel(Generic[CompileKeyT]):
             cls._instance._prepared = set()  # ids of the binaries in _binaries (TritonJitKernel)
             cls._instance._pickers = {}  # compile key -> layout_picker of its binaries, when several
             cls._instance._launches_by_key_id = {}  # id(key) -> (key, its direct launch) (TritonJitKernel)
+            cls._instance._last_launch = _UNKNOWN  # (the key launched last, its direct launch) (TritonJitKernel)
             cls._instance._constants = {}  # (compile key, target) -> constants(key), checked (TritonJitKernel)
             cls._instance._stand_ins = {}  # (compile key, backend) -> stand-in kwargs, their specialisation
         return cls._instance
@@ -319,22 +320,32 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """Launch through a binary of the key directly when one fits (returning the direct
         launch that did), else through Triton (None).
 
-        ``dispatch`` is memoised, so a key object usually repeats: its direct launch is
-        found by the key's id first (an entry holds its key, checked to be this one), and
-        by its hash, which a frozen dataclass computes field by field, only otherwise. A
-        key with binaries of several layouts remembers the last one used
-        (``_launch_another_layout``); each checks its own layout.
+        ``dispatch`` is memoised, so a key object usually repeats: the key launched last
+        and its direct launch are one tuple (read whole, so threads never pair a key with
+        another's launch); other keys' launches are found by the key's id (an entry holds
+        its key, checked to be this one), and by its hash, which a frozen dataclass
+        computes field by field, only otherwise. A key with binaries of several layouts
+        remembers the last one used (``_launch_another_layout``); each checks its own layout.
         """
         key = spec.key
-        known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
-        if known_key is not key:
-            launch = self._direct_launch_of(key)
+        last_key, launch = self._last_launch
+        if last_key is not key:
+            launch = self._launch_of_key(key)
         if launch(spec.kwargs, spec.grid):
             return launch
         if self._launch_another_layout(spec):
-            return self._launches_by_key_id[id(key)][1]
+            return self._last_launch[1]
         self._launch_through_triton(spec)
         return None
+
+    def _launch_of_key(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
+        """The key's direct launch, by its id or else by its hash; remembered as the last."""
+        known_key, launch = self._launches_by_key_id.get(id(key), _UNKNOWN)
+        if known_key is not key:
+            launch = self._direct_launch_of(key)
+        if launch is not _no_direct_launch:
+            self._last_launch = (key, launch)
+        return launch
 
     def _launch_another_layout(self, spec: LaunchSpec[CompileKeyT]) -> bool:
         """With binaries of several layouts, the key's remembered launch is the last one
@@ -344,7 +355,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         launch = pick(spec.kwargs) if pick is not None else None
         if launch is None or not launch(spec.kwargs, spec.grid):
             return False
-        self._launches_by_key_id[id(spec.key)] = (spec.key, launch)
+        self._launches_by_key_id[id(spec.key)] = self._last_launch = (spec.key, launch)
         return True
 
     def direct_launch(self, spec: LaunchSpec[CompileKeyT], launched: Callable | None = None) -> Any:
@@ -375,7 +386,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._binaries.clear()
         self._prepared.clear()
         self._pickers.clear()
-        self._launches_by_key_id.clear()
+        self._forget_launches()
         forget_plans()
 
     def prepare_launches(self) -> None:
@@ -442,7 +453,11 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     def _hold(self, key: CompileKeyT, layout: str, direct: Any) -> None:
         self._binaries.setdefault(key, {})[layout] = direct
         self._pickers.pop(key, None)
-        self._launches_by_key_id.clear()  # the key's launches changed
+        self._forget_launches()  # the key's launches changed
+
+    def _forget_launches(self) -> None:
+        self._launches_by_key_id.clear()
+        self._last_launch = _UNKNOWN
 
     def compile(self, key: BinaryKey | CompileKeyT) -> Any:
         """Compile the binary of ``key`` from stand-ins of its layout; nothing runs. None when

@@ -130,6 +130,30 @@ def test_an_equal_key_object_finds_the_direct_launch(monkeypatch):
     assert runs == []
 
 
+def test_keys_launched_in_turn_each_take_their_own_binary(monkeypatch):
+    """The key launched last is remembered apart from the others: keys taking turns, and
+    binaries dropped and made again between launches, never launch another key's binary."""
+    specs = []
+    for n, dtype in [(1000, torch.float32), (1000, torch.bfloat16), (17, torch.float16)]:
+        x, y = inputs(n, dtype)
+        axpy(x, y, 1.0)
+        specs.append(KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0))
+    assert len({id(spec.key) for spec in specs}) == 3
+
+    def launch_in_turn():
+        binaries = KERNEL.kernel.device_caches["compile-only:cuda:90"][0]
+        for spec in [*specs, *specs, specs[1], specs[1], specs[0]]:
+            launched = KERNEL.launch(spec)
+            assert launched is not None
+            assert KERNEL.direct_launch(spec, launched).binary is binaries[triton_lookup_key(KERNEL, spec)]
+
+    launch_in_turn()
+    KERNEL.forget_binaries()
+    for spec in specs:
+        assert KERNEL.launch(spec) is None  # Triton's path, which compiles the binary again
+    launch_in_turn()
+
+
 def test_what_no_key_pins_is_checked_on_every_direct_launch(monkeypatch):
     x, y = inputs(100)
     axpy(x, y, 1.0)
