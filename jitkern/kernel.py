@@ -333,10 +333,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             launch = self._launch_of_key(key)
         if launch(spec.kwargs, spec.grid):
             return launch
-        if self._launch_another_layout(spec):
-            return self._last_launch[1]
-        self._launch_through_triton(spec)
-        return None
+        launched = self._launch_another_layout(spec)
+        if launched is None:
+            self._launch_through_triton(spec)
+        return launched
 
     def _launch_of_key(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
         """The key's direct launch, by its id or else by its hash; remembered as the last."""
@@ -347,16 +347,17 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             self._last_launch = (key, launch)
         return launch
 
-    def _launch_another_layout(self, spec: LaunchSpec[CompileKeyT]) -> bool:
+    def _launch_another_layout(self, spec: LaunchSpec[CompileKeyT]) -> Callable[[dict, tuple], bool] | None:
         """With binaries of several layouts, the key's remembered launch is the last one
         used: a launch of another layout is picked by its argument classes, launched, and
-        remembered for the next launches of the key (so a steady layout costs nothing)."""
+        remembered for the next launches of the key (so a steady layout costs nothing).
+        Returns the launch that launched, or None."""
         pick = self._pickers.get(spec.key)
         launch = pick(spec.kwargs) if pick is not None else None
         if launch is None or not launch(spec.kwargs, spec.grid):
-            return False
+            return None
         self._launches_by_key_id[id(spec.key)] = self._last_launch = (spec.key, launch)
-        return True
+        return launch
 
     def direct_launch(self, spec: LaunchSpec[CompileKeyT], launched: Callable | None = None) -> Any:
         """The ``DirectLaunch`` of the binary ``spec`` needs, if this process prepared one; with

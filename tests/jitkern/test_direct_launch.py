@@ -131,18 +131,21 @@ def test_an_equal_key_object_finds_the_direct_launch(monkeypatch):
 
 
 def test_keys_launched_in_turn_each_take_their_own_binary(monkeypatch):
-    """The key launched last is remembered apart from the others: keys taking turns, and
-    binaries dropped and made again between launches, never launch another key's binary."""
+    """The key launched last is remembered apart from the others: keys and layouts taking
+    turns, and binaries dropped and made again between launches, never launch another
+    key's or layout's binary, and ``launch`` returns the launch that launched."""
     specs = []
-    for n, dtype in [(1000, torch.float32), (1000, torch.bfloat16), (17, torch.float16)]:
-        x, y = inputs(n, dtype)
+    for n, dtype, offset in [(1000, torch.float32, 0), (1000, torch.bfloat16, 0), (17, torch.float16, 0),
+                             (1000, torch.float32, 1)]:
+        x, y = inputs(n, dtype, offset)
         axpy(x, y, 1.0)
-        specs.append(KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0))
-    assert len({id(spec.key) for spec in specs}) == 3
+        specs.append(KERNEL.launch_spec(x, y, torch.empty_like(y), 1.0))
+    assert len({id(spec.key) for spec in specs}) == 3 and specs[3].key is specs[0].key
+    assert KERNEL.binary_key(specs[3]) != KERNEL.binary_key(specs[0])  # x unaligned: another binary
 
     def launch_in_turn():
         binaries = KERNEL.kernel.device_caches["compile-only:cuda:90"][0]
-        for spec in [*specs, *specs, specs[1], specs[1], specs[0]]:
+        for spec in [*specs, *specs, specs[1], specs[1], specs[0], specs[3], specs[3], specs[0]]:
             launched = KERNEL.launch(spec)
             assert launched is not None
             assert KERNEL.direct_launch(spec, launched).binary is binaries[triton_lookup_key(KERNEL, spec)]

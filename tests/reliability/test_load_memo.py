@@ -318,7 +318,7 @@ def test_a_rehearsal_no_binary_takes_never_reaches_triton(deployment, monkeypatc
 
     with monkeypatch.context() as patch:
         patch.setattr(TritonJitKernel, "_direct_launch_of", lambda self, key: lambda kwargs, grid: False)
-        patch.setattr(TritonJitKernel, "_launch_another_layout", lambda self, spec: False)
+        patch.setattr(TritonJitKernel, "_launch_another_layout", lambda self, spec: None)
         patch.setattr(AxpyKernel.kernel, "run", counted_run)
         (loaded,) = load([str(manifest)])
         assert loaded.binaries == len(entries) and calls == [] and triton_runs == []
