@@ -130,7 +130,7 @@ def test_an_equal_key_object_finds_the_direct_launch(monkeypatch):
     assert runs == []
 
 
-def test_keys_launched_in_turn_each_take_their_own_binary(monkeypatch):
+def test_keys_launched_in_turn_each_take_their_own_binary():
     """The key launched last is remembered apart from the others: keys and layouts taking
     turns, and binaries dropped and made again between launches, never launch another
     key's or layout's binary, and ``launch`` returns the launch that launched."""
