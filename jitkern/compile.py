@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from jitkern import hooks, registry
+from jitkern import c_launch, hooks, registry
 from jitkern.cache import DamagedCacheEntry, EntryState, lookup_entry, read_roots
 from jitkern.kernel import JitKernel, TritonJitKernel, key_name
 from jitkern.specialisation import BinaryKey
@@ -154,8 +154,9 @@ def build_launcher(binary: Any) -> None:
     Triton 3.6 compiles, with the host C compiler, one launcher per kernel signature the
     first time a process loads such a binary (about 0.3 s on the H200 machines), and its
     ``cuda_utils`` module once per process and cache (about 0.5 s): paid at warm start or
-    on the first request. Their cache key is their C source and the platform, so modules
-    built here are found there. With no GPU driver here, the link runs against a stand-in
+    on the first request; the direct launch needs ``jitkern.c_launch``'s module, built
+    the same way. Their cache key is their C source and the platform, so modules built
+    here are found there. With no GPU driver here, the link runs against a stand-in
     ``libcuda.so.1`` that names the library and defines nothing; the real driver resolves
     the symbols when the GPU process loads them (here the load itself fails, after the
     file is cached, and that is expected).
@@ -168,6 +169,7 @@ def build_launcher(binary: Any) -> None:
                        "__triton_launcher")
     if _stand_in_libcuda() is not None:  # on a GPU machine the driver has built cuda_utils already
         _build_cuda_utils(triton.knobs.cache.dir)
+    _build_c_launch(triton.knobs.cache.dir)
 
 
 def launcher_source(source: Any, tensordesc_meta: Any) -> str:
@@ -205,6 +207,15 @@ def _build_cuda_utils(cache_dir: str) -> None:
     """Triton's ``cuda_utils`` module: one per cache, so once per cache and process, not
     once per key (``cache_dir`` keys the memo)."""
     _build_host_module(cuda_utils_source(), "cuda_utils")
+
+
+@functools.cache
+def _build_c_launch(cache_dir: str) -> None:
+    """The direct launch's C module: once per cache and process (``cache_dir`` keys the
+    memo). It calls no driver, so it links against nothing and loads on any machine."""
+    from triton.runtime.build import compile_module_from_src
+
+    compile_module_from_src(c_launch.SOURCE, c_launch.NAME)
 
 
 def _build_host_module(c_source: str, name: str) -> None:
@@ -351,7 +362,7 @@ def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
 
 def entry_files(kernel: JitKernel, key: Any, target: str) -> dict[str, dict[str, str]]:
     """Every cache file that loading ``key`` reads, by entry folder: the binary's entry
-    and its host C modules (launcher, ``cuda_utils``). Raises ``LookupError`` naming what
+    and its host C modules (launcher, ``cuda_utils``, the direct launch's). Raises ``LookupError`` naming what
     is missing or damaged."""
     location = entry_location(kernel, key, target)
     if location is None:
@@ -364,7 +375,7 @@ def entry_files(kernel: JitKernel, key: Any, target: str) -> dict[str, dict[str,
         metadata = json.load(file)
     if metadata.get("target", {}).get("backend") == "cuda":
         for c_source, name in ((launcher_source(location.source, metadata.get("tensordesc_meta")), "__triton_launcher"),
-                               (cuda_utils_source(), "cuda_utils")):
+                               (cuda_utils_source(), "cuda_utils"), (c_launch.SOURCE, c_launch.NAME)):
             folder, filename = host_module_entry(c_source, name)
             path = next((os.path.join(root, folder, filename) for root in read_roots()
                          if os.path.exists(os.path.join(root, folder, filename))), None)

@@ -2,15 +2,15 @@
 
 Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
 key and re-reads its settings on every launch. Here that happens once per binary: from
-the specialisation Triton gave each argument, straight-line code is generated that
-checks, per launch, just enough to know that Triton would pick this same binary, then
-calls the compiled launcher.
+the specialisation Triton gave each argument comes a plan of what to check, per launch,
+to know that Triton would pick this same binary; one C call (``jitkern.c_launch``)
+checks the arguments against it and calls the compiled launcher.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -25,10 +25,11 @@ class DirectLaunch:
 
     Triton's ``kernel[grid](...)`` binds and specialises every argument, rebuilds its cache
     key and re-reads its settings on every launch. Here that happens once, on the key's
-    first launch (or warmup): from the specialisation Triton gave each argument, straight-
-    line code is generated (``source``) that checks, per launch, just enough to know that
-    Triton would pick this same binary, then calls the compiled launcher. ``launch(kwargs,
-    grid)`` returns False for a call outside the binary, which then takes Triton's normal
+    first launch (or warmup): from the specialisation Triton gave each argument, a plan of
+    checks (``recipe["codes"]``) that tell, per launch, that Triton would pick this same
+    binary; the generated ``source`` checks Triton's state and hooks, then hands the
+    arguments to the C call that checks them and launches. ``launch(kwargs, grid)``
+    returns False for a call outside the binary, which then takes Triton's normal
     path, where the guard sees it. Launches use the current stream, so CUDA graphs capture
     them; Triton's launch hooks are read per launch and fire as in Triton.
     ``launch_guarded(grid, *arguments)`` takes the runtime arguments in ``arg_names``'
@@ -44,21 +45,17 @@ class DirectLaunch:
         self.launch_guarded, self.arg_names, self.recipe = launch_guarded, arg_names, recipe
 
 
-# Triton's integer classes (``native_specialize_impl``), as conditions on an int ``{0}``.
-_INT_CLASSES = {
-    "i32": f"-{2**31} <= {{0}} < {2**31}",
-    "i64": f"-{2**63} <= {{0}} < {2**63} and not -{2**31} <= {{0}} < {2**31}",
-    "u64": f"{2**63} <= {{0}} < {2**64}",
-}
+# Triton's integer classes (``native_specialize_impl``), in the order of their C codes.
+_INT_CLASSES = ("i32", "i64", "u64")
 
 
 def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
                         binary: Any) -> DirectLaunch | None:
     """The direct launch of ``binary``, built for ``spec``'s arguments and its key's ``constants``.
 
-    None when an argument is of a kind the generated checks do not cover (tuples, tensor
-    descriptors, a default left out, a backend with its own specialisation rules): that
-    key always takes Triton's path.
+    None when an argument is of a kind the checks do not cover (tuples, tensor
+    descriptors, a default left out, a backend with its own specialisation rules), or the
+    C module cannot be had: that key always takes Triton's path.
     """
     recipe = direct_launch_recipe(jit_function, spec, constants, binary)
     return None if recipe is None else bind_direct_launch(jit_function, binary, recipe, constants)
@@ -67,9 +64,9 @@ def build_direct_launch(jit_function: Any, spec: LaunchSpec, constants: dict[str
 def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[str, Any],
                          binary: Any) -> dict[str, Any] | None:
     """What a direct launch of ``binary`` is made of, as plain data (``jitkern.load_memo``
-    keeps it): its generated source, the runtime arguments' names, the dtypes its checks
-    name, the kind of each tensor its guard checks, the constexprs it passes and the
-    launcher options it was generated for. None as for ``build_direct_launch``."""
+    keeps it): its generated source, the runtime arguments' names, each parameter's check
+    (``jitkern.c_launch``: code, tensor dtype), the constexprs it passes and the launcher
+    options it was made for. None as for ``build_direct_launch``."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -87,61 +84,50 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
         return None  # a default stands in, or a constexpr varies per launch: Triton's path decides
     binary._init_handles()  # load onto the GPU now, not on the first request
     _, run_options = _launcher(binary.run)
-    namespace: dict[str, Any] = {}  # what the checks name: dtypes
-    unchanged_globals = []  # Triton refuses to launch once a global the kernel read has changed:
-    for j, (name, _) in enumerate(jit_function.used_global_vals):
-        unchanged_globals.append(f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}")  # any other object: Triton's path
-    on_cuda = active.get_active_torch_device().type == "cuda"
-    checks, values, launch_args = [], [], []
-    i32_checks, multiples_of_16, unspecialised = [], [], []  # i32 arguments: checked together, in the common case
-    tensor_checks, pointers, guarded = [], [], []  # tensors: class, dtype and device checked together
-    aligned = []  # addresses that must be multiples of 16: checked together
-    arguments = []  # (variable, argument name) of each runtime argument
-    for i, param in enumerate(jit_function.params):
+    codes, dtypes, arg_names = bytearray(), [], []
+    for param in jit_function.params:
         if param.name in constants:  # a constexpr: fixed by the key, passed as it is
-            values.append(f"c{i}")
-            launch_args.append(f"c{i}")
+            codes += b"c\0\0\0"
+            dtypes.append(None)
             continue
-        arg, value = f"a{i}", kwargs[param.name]
-        arguments.append((arg, param.name))
-        values.append(arg)
+        value = kwargs[param.name]
         specialise, align = not param.do_not_specialize, not param.do_not_specialize_on_alignment
         try:
             kind, key = native_specialize_impl(backend, value, param.is_const, specialise, align)
         except (TypeError, OverflowError):
             return None
-        divisible = specialise and align  # Triton tells multiples of 16 apart
-        lines = _argument_checks(i, value, (kind, key), divisible, on_cuda, namespace)
-        if lines is None:
+        code = _argument_code(value, kind, key, divisible=specialise and align)
+        if code is None:
             return None
-        lines = [f"# {param.name}: {(kind, key)!r}", *lines]
-        if kind.startswith("*"):
-            tensor_checks += lines[:-1]
-            pointers.append(lines[-1])
-            if key == "D" and divisible:
-                aligned.append(f"p{i}")
-            guarded.append((arg, (str(value.dtype).removeprefix("torch."), len(value.shape))))
-        elif kind == "i32" and (key == "D" and divisible or key is None):
-            (multiples_of_16 if key == "D" else unspecialised).append(arg)
-            i32_checks += lines
-        else:
-            checks += lines
-        launch_args.append(f"p{i}" if kind.startswith("*") else arg)
-    tensor_guard = []
-    if guarded:
-        tensors = ", ".join(arg for arg, _ in guarded)
-        tensor_guard = [f"if not GUARDS.now.check({tensors}):  # else each on its own, then GUARDS learns them",
-                        *(f"    {line}" for line in tensor_checks), f"    GUARDS.learn({tensors})"]
-    checks += pointers
-    if aligned:
-        checks.append(f"if ({' | '.join(aligned)}) & 15: return False")
-    if i32_checks:
-        checks += _i32_checks(multiples_of_16, unspecialised, i32_checks)
+        codes += code
+        arg_names.append(param.name)
+        dtypes.append(str(value.dtype).removeprefix("torch.") if code[:1] == b"t" else None)
+    unchanged_globals = "".join(  # Triton refuses to launch once a global the kernel read has changed
+        f" or GLOBALS{j}.get({name!r}) is not GLOBAL{j}" for j, (name, _) in enumerate(jit_function.used_global_vals))
     device_query = _device_getter(active) is not None
     device_check = " or get_device() != DEVICE" if device_query else ""
-    state_check = f"drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}{''.join(unchanged_globals)}"
-    launch = [  # the checks of everything but the tensors' class, dtype and device, then the launch
-        *(f"    {line}" for line in checks),
+    state_check = f"drivers._active is not ACTIVE or PRE_RUN_HOOKS{device_check}{unchanged_globals}"
+    source = "\n".join([
+        "def launch(arguments, grid):  # arguments: the runtime arguments by name",
+        *_launch_body(state_check, "LAUNCH_BY_NAME"),
+        "",
+        "def launch_guarded(grid, *arguments):",
+        "    # the arguments in arg_names' order; the caller checked each tensor's class, dtype and device",
+        *_launch_body(state_check, "LAUNCH_CHECKED"),
+    ])
+    return {"source": source, "arg_names": tuple(arg_names), "codes": bytes(codes), "dtypes": tuple(dtypes),
+            "on_gpu": active.get_active_torch_device().type == "cuda", "constants": tuple(sorted(constants)),
+            "globals": tuple(name for name, _ in jit_function.used_global_vals), "run_options": tuple(run_options),
+            "device_query": device_query}
+
+
+def _launch_body(state_check: str, launch: str) -> list[str]:
+    """The lines of a generated launch: Triton's state as the binary was made for, the
+    stream, the launch hooks as Triton reads them, then the C call that checks the
+    arguments and launches (False, launching nothing, when they do not fit)."""
+    return [
+        f"    if {state_check}:",
+        "        return False",
         "    stream = get_stream(DEVICE)",
         "    metadata = enter = exit = None  # no hooks: as Triton, but without building their metadata",
         "    if RUNTIME_SET or ENTER_HOOKS or EXIT_HOOKS or RUNTIME_CLASS.debug is not DEBUG:",
@@ -149,44 +135,24 @@ def direct_launch_recipe(jit_function: Any, spec: LaunchSpec, constants: dict[st
         "            return False",
         "        if not (RUNTIME.launch_enter_hook is NO_ENTER and RUNTIME.launch_exit_hook is NO_EXIT",
         "                and not (ENTER_HOOKS or EXIT_HOOKS)):",
+        "            values = HOOK_VALUES(arguments)",
+        "            if values is None:",
+        "                return False",
         "            enter, exit = RUNTIME.launch_enter_hook, RUNTIME.launch_exit_hook",
-        f"            metadata = launch_metadata(grid, stream, {', '.join(values)})",
-        "    n = len(grid)",
-        "    run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, stream, FUNCTION,",
-        f"        {''.join(f'{option!r}, ' for option in run_options)}PACKED, metadata, enter, exit, "
-        f"{', '.join(launch_args)})",
-        "    return True",
+        "            metadata = launch_metadata(grid, stream, *values)",
+        f"    return {launch}(PLAN, arguments, grid, stream, metadata, enter, exit)",
     ]
-    source = "\n".join([
-        "def launch(kwargs, grid):",
-        f"    if len(kwargs) != {len(kwargs)} or {state_check}:",
-        "        return False",
-        "    try:",
-        f"        {''.join(f'{arg}, ' for arg, _ in arguments)}= GET(kwargs)  # one C call: operator.itemgetter"
-        if arguments else "        pass",
-        "    except KeyError:",
-        "        return False",
-        *(f"    {line}" for line in tensor_guard),
-        *launch,
-        "",
-        f"def launch_guarded(grid, {', '.join(arg for arg, _ in arguments)}):",
-        "    # the caller checked each tensor's class, dtype and device (jitkern.call_plan)",
-        f"    if {state_check}:",
-        "        return False",
-        *launch,
-    ])
-    return {"source": source, "arg_names": tuple(name for _, name in arguments), "dtypes": tuple(sorted(namespace)),
-            "guarded": tuple(kind for _, kind in guarded), "constants": tuple(sorted(constants)),
-            "globals": tuple(name for name, _ in jit_function.used_global_vals), "run_options": tuple(run_options),
-            "device_query": device_query}
 
 
 def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
                        constants: dict[str, Any]) -> DirectLaunch | None:
     """The direct launch ``recipe`` describes, bound to ``binary`` (loaded onto the GPU
     here) and the key's ``constants``; None when this process differs from the one the
-    recipe was made in (another launcher, other globals, another set of constexprs)."""
+    recipe was made in (another launcher, other globals, another set of constexprs), or
+    the C module cannot be had."""
     import triton
+
+    from jitkern import c_launch
 
     active = _triton_driver.active
     binary._init_handles()  # load onto the GPU now, not on the first request
@@ -197,6 +163,16 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
     get_device = _device_getter(active)
     if (get_device is not None) != recipe["device_query"]:
         return None
+    try:
+        launcher = c_launch.module()
+    except Exception as error:  # no host C compiler, say: Triton's path launches, and says why once
+        _warn_no_c_launch(error)
+        return None
+    params = [param.name for param in jit_function.params]
+    extras = tuple(constants[name] if name in constants else dtype and getattr(torch, dtype)
+                   for name, dtype in zip(params, recipe["dtypes"]))
+    plan = (tuple(params), recipe["codes"], extras, (torch.Tensor, torch.nn.Parameter), torch.Tensor.data_ptr,
+            recipe["on_gpu"], run, (binary.function, *run_options, binary.packed_metadata), len(recipe["arg_names"]))
     runtime = triton.knobs.runtime
     device = active.get_current_device()
     namespace = {
@@ -205,26 +181,41 @@ def bind_direct_launch(jit_function: Any, binary: Any, recipe: dict[str, Any],
         "RUNTIME_CLASS": type(runtime), "DEBUG": runtime.debug, "PRE_RUN_HOOKS": jit_function.pre_run_hooks,
         "NO_ENTER": type(runtime).launch_enter_hook, "NO_EXIT": type(runtime).launch_exit_hook,
         "ENTER_HOOKS": type(runtime).launch_enter_hook.calls, "EXIT_HOOKS": type(runtime).launch_exit_hook.calls,
-        "FUNCTION": binary.function, "PACKED": binary.packed_metadata, "launch_metadata": binary.launch_metadata,
-        "TENSORS": (torch.Tensor, torch.nn.Parameter), "run": run,
-        "DATA_PTR": torch.Tensor.data_ptr,  # the method itself: no lookup on each tensor
+        "launch_metadata": binary.launch_metadata, "PLAN": plan,
+        "LAUNCH_BY_NAME": launcher.launch_by_name, "LAUNCH_CHECKED": launcher.launch_checked,
+        "HOOK_VALUES": functools.partial(_hook_values, tuple(params), recipe["arg_names"], constants),
     }
     for j, (_, globals_dict) in enumerate(jit_function.used_global_vals.values()):
         name = recipe["globals"][j]
         namespace[f"GLOBALS{j}"], namespace[f"GLOBAL{j}"] = globals_dict, globals_dict.get(name)
-    for i, param in enumerate(jit_function.params):
-        if param.name in constants:
-            namespace[f"c{i}"] = constants[param.name]
-    names = recipe["arg_names"]
-    if names:  # the runtime arguments, as a tuple: operator.itemgetter gives one value alone
-        namespace["GET"] = operator.itemgetter(*names) if len(names) > 1 else lambda kwargs: (kwargs[names[0]],)
-    for dtype in recipe["dtypes"]:  # torch_bfloat16
-        namespace[dtype] = getattr(torch, dtype.removeprefix("torch_"))
-    if recipe["guarded"]:
-        namespace["GUARDS"] = TensorKinds(recipe["guarded"], active)
     exec(generated_code(recipe["source"], f"<direct launch of {binary.name}>"), namespace)
     return DirectLaunch(binary, namespace["launch"], recipe["source"], namespace["launch_guarded"],
                         recipe["arg_names"], recipe)
+
+
+def _hook_values(params: tuple[str, ...], runtime: tuple[str, ...], constants: dict[str, Any],
+                 arguments: dict | tuple) -> list | None:
+    """Every parameter's value, in order, as Triton hands them to a launch hook's metadata;
+    None when ``arguments`` (by name, or in ``runtime``'s order) lack one."""
+    if isinstance(arguments, dict):
+        if arguments.keys() != set(runtime):
+            return None
+        given = arguments
+    elif len(arguments) == len(runtime):
+        given = dict(zip(runtime, arguments))
+    else:
+        return None
+    return [constants[name] if name in constants else given[name] for name in params]
+
+
+_warned: list[str] = []
+
+
+def _warn_no_c_launch(error: Exception) -> None:
+    if not _warned:
+        _warned.append(str(error))
+        warnings.warn(f"jitkern: no direct launches in this process, every launch takes Triton's path: its C module "
+                      f"could not be built or loaded ({type(error).__name__}: {error})", RuntimeWarning, stacklevel=3)
 
 
 _code_by_source: dict[str, Any] = {}
@@ -249,107 +240,29 @@ def known_code(sources: list[str] | None = None, codes: dict[str, Any] | None = 
     return {source: generated_code(source, "<generated>") for source in sources or ()}
 
 
-def _argument_checks(i: int, value: Any, specialisation: tuple[Any, Any], divisibility: bool, on_cuda: bool,
-                     namespace: dict[str, Any]) -> list[str] | None:
-    """Lines returning False unless argument ``a{i}`` specialises as ``value`` did (to
-    ``specialisation``, Triton's type and key); None for a kind of argument not covered.
+def _argument_code(value: Any, kind: Any, key: Any, divisible: bool) -> bytes | None:
+    """The C check (``jitkern.c_launch``) of a runtime argument that specialised as
+    ``value`` did, to Triton's ``(kind, key)``; None for a kind of argument not covered.
 
     Mirrors Triton's native rules: a tensor's type is its dtype, its key whether its
     address is a multiple of 16; an int's type is its class (1 is the constexpr 1) and
-    its key whether it is a multiple of 16; bools and floats are not specialised. A
-    tensor's address ``p{i}`` goes to the launcher as an int, which it takes as is
-    (``is_cuda``, as ``on_cuda`` wants it, stands in for the check the launcher makes on
-    a tensor's address: a CPU tensor's address would run on the GPU). The caller checks
-    the addresses that must be multiples of 16 together, in one line.
+    its key whether it is a multiple of 16 (``divisible``: when Triton tells them apart);
+    bools and floats are not specialised. A tensor goes to the launcher as its address,
+    which the launcher takes as is, so the check of its device stands in for the one the
+    launcher makes on a tensor: a CPU tensor's address would run on the GPU.
     """
-    arg, (kind, key) = f"a{i}", specialisation
     if not isinstance(kind, str):
         return None
-    if kind.startswith("*"):  # the class, dtype and device check, then the address line
-        if not isinstance(getattr(value, "dtype", None), torch.dtype):
-            return None
-        dtype = str(value.dtype).replace(".", "_")  # torch_bfloat16
-        namespace[dtype] = value.dtype
-        condition = f"type({arg}) not in TENSORS or {arg}.dtype is not {dtype} or {'not ' if on_cuda else ''}{arg}.is_cuda"
-        if divisibility and key != "D":  # an address that must be 16-byte aligned: the caller checks them together
-            return [f"if {condition}: return False", f"if not (p{i} := DATA_PTR({arg})) & 15: return False"]
-        return [f"if {condition}: return False", f"p{i} = DATA_PTR({arg})"]
+    multiple = (1 if key == "D" else 2) if divisible else 0
+    if kind.startswith("*"):
+        return bytes([ord("t"), 0, 0, multiple]) if isinstance(getattr(value, "dtype", None), torch.dtype) else None
     if kind in _INT_CLASSES:
-        condition = f"type({arg}) is int and {_INT_CLASSES[kind].format(arg)}"
-        if kind == "i32" and key == "":  # specialised, yet not a multiple of 16: 1 would be the constexpr 1
-            condition += f" and {arg} != 1"
-        if divisibility:
-            condition += f" and {'not ' if key == 'D' else ''}{arg} & 15"
-        return [f"if not ({condition}): return False"]
+        return bytes([ord("i"), _INT_CLASSES.index(kind), kind == "i32" and key == "", multiple])
     if kind == "constexpr":  # None, or the int 1
-        return [f"if not ({_same(arg, value)}): return False"]
+        return b"n\0\0\0" if value is None else b"1\0\0\0" if type(value) is int and value == 1 else None
     if kind in ("u1", "fp32"):
-        return [f"if type({arg}) is not {'bool' if kind == 'u1' else 'float'}: return False"]
+        return b"b\0\0\0" if kind == "u1" else b"f\0\0\0"
     return None
-
-
-class TensorKinds:
-    """Torch's C++ check (``TensorGuards``, as ``torch.compile`` guards its inputs) that each
-    tensor of a launch is of the kind the binary takes: its class, dtype, device, number
-    of dimensions and autograd state, any sizes and strides. About 65 ns a tensor, where
-    reading class, dtype and device in Python takes 160.
-
-    A guard also holds torch's thread state when it was made: one made at ``load()``
-    refuses tensors made under ``torch.inference_mode()``, as serving engines make them.
-    When it refuses tensors that pass the checks one attribute at a time, it ``learn``s
-    them: the guard is made again from those tensors, in the caller's state (at most
-    ``RELEARN`` times, so that alternating kinds cost the slow checks, not a new guard
-    each launch).
-    """
-
-    RELEARN = 4
-    __slots__ = ("now", "_left")
-
-    def __init__(self, kinds: tuple[tuple[str, int], ...], active: Any):
-        """``kinds``: each tensor's dtype name (``bfloat16``) and number of dimensions."""
-        device = active.get_active_torch_device()
-        self.now = self._guards([_example(getattr(torch, dtype), dims, device) for dtype, dims in kinds])
-        self._left = self.RELEARN
-
-    def learn(self, *tensors: Any) -> None:
-        if self._left:
-            self._left -= 1
-            self.now = self._guards(tensors)
-
-    @staticmethod
-    def _guards(tensors: Any) -> Any:
-        from torch._C._dynamo.guards import TensorGuards
-
-        return TensorGuards(*tensors, dynamic_dims_sizes=[[None] * tensor.dim() for tensor in tensors],
-                            dynamic_dims_strides=[[None] * tensor.dim() for tensor in tensors])
-
-
-@functools.lru_cache(maxsize=256)
-def _example(dtype: torch.dtype, dims: int, device: torch.device) -> torch.Tensor:
-    """An empty tensor of this kind: what the guards are built from."""
-    return torch.empty((0,) * dims, dtype=dtype, device=device)
-
-
-def _i32_checks(multiples_of_16: list[str], unspecialised: list[str], exact: list[str]) -> list[str]:
-    """The checks of i32 arguments: one condition for the common case, in which the values
-    are not negative, then the ``exact`` checks of each argument when it fails."""
-    condition = [" is ".join([*(f"type({arg})" for arg in multiples_of_16 + unspecialised), "int"])]
-    if multiples_of_16:  # all in [0, 2**31) and multiples of 16
-        condition.append(f"not (m := {' | '.join(multiples_of_16)}) >> 31 and not m & 15")
-    if unspecialised:
-        condition.append(f"not ({' | '.join(unspecialised)}) >> 31")
-    return ["# i32 arguments, together: none negative (else each on its own)",
-            f"if not ({' and '.join(condition)}):", *(f"    {line}" for line in exact)]
-
-
-def _same(arg: str, value: Any) -> str:
-    """A condition true when ``arg`` is what Triton takes for the plain ``value``. Triton
-    names a binary by the text of its values, so 1 is not True, nor 0.0 -0.0."""
-    if value is None or isinstance(value, bool):
-        return f"{arg} is {value!r}"
-    if isinstance(value, float):
-        return f"type({arg}) is float and repr({arg}) == {repr(value)!r}"
-    return f"type({arg}) is {type(value).__name__} and {arg} == {value!r}"
 
 
 def _launcher(run: Callable[..., None]) -> tuple[Callable[..., None], tuple]:

@@ -1,5 +1,5 @@
-"""Where the host time of a direct launch goes: each part of its generated checks taken
-out in turn, timed beside the bare launcher and Triton's C launch function.
+"""Where the host time of a direct launch goes: each Python part of it taken out in turn,
+timed beside the bare launcher and Triton's C launch function.
 
     python benchmarks/device/launch_parts.py [kernel-name-suffix ...]   (default: decode_step)
 
@@ -8,11 +8,14 @@ Each kernel's first launch in ``benchmarks/launch_samples.public_calls`` is time
 A "without" row is the direct launch generated again with one part left out: it launches
 the same binary, but it would accept calls the binary cannot take, so it exists only here.
 What a row saves against "direct launch" is what that part costs. "C launch function" is
-the floor: Triton's C function with every argument prepared beforehand.
+the floor: Triton's C function with every argument prepared beforehand. The arguments'
+checks happen in one C call (``jitkern.c_launch``), priced as a whole by the distance
+between the direct launch, without its Python parts, and the floor.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -50,14 +53,12 @@ def _without(source: str, *starts: str) -> str:
 
 
 WITHOUT = {  # part of the generated `launch` -> that function's source without it
-    "the tensor checks (guard)": lambda source: _without(source, "if not GUARDS.now.check"),
-    "the i32 checks": lambda source: _without(source, "# i32 arguments", "if not (type("),
-    "the launch-hook block": lambda source: _without(source, "if RUNTIME_SET"),
+    "Triton's state checks": lambda source: re.sub(r"    if drivers\._active .*:\n        return False\n", "", source),
     "reading the current stream": lambda source: source.replace("get_stream(DEVICE)", "STREAM"),
-    "the arguments from kwargs (itemgetter)": lambda source: source.replace("= GET(kwargs)", "= ARGUMENTS"),
-    "each tensor's address (data_ptr)": lambda source: re.sub(r"p(\d+) = DATA_PTR\(a\d+\)", r"p\1 = ADDRESS\1",
-                                                               source),
+    "the launch-hook block": lambda source: _without(source, "if RUNTIME_SET"),
 }
+WITHOUT["all three: the C call alone"] = lambda source, edits=tuple(WITHOUT.values()): functools.reduce(
+    lambda text, edit: edit(text), edits, source)
 
 
 def ways_of(kernel, spec) -> dict:
@@ -69,9 +70,7 @@ def ways_of(kernel, spec) -> dict:
     direct = kernel.direct_launch(spec)
     device = driver.active.get_current_device()
     stream = driver.active.get_current_stream(device)
-    names = {"STREAM": stream, "ARGUMENTS": tuple(spec.kwargs[name] for name in direct.arg_names)}
-    names.update({f"ADDRESS{kernel.kernel.arg_names.index(name)}": value.data_ptr()  # p{i}: parameter i's
-                  for name, value in spec.kwargs.items() if isinstance(value, torch.Tensor)})
+    names = {"STREAM": stream}
     ways = {"kernel.launch(spec)": via_jitkern,
             "direct launch": lambda: direct.launch(spec.kwargs, spec.grid),
             "bare launcher": via_bare}

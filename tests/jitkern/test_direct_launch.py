@@ -364,7 +364,8 @@ def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
     x, y = inputs(100)
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
     direct = build_direct_launch(KERNEL.kernel, spec, KERNEL.constants(spec.key), binary)
-    assert "FUNCTION,\n        False, True, None, None, PACKED" in direct.source  # the C function, called directly
+    plan = direct.launch.__globals__["PLAN"]  # the C function, called directly, with the flags its call adds
+    assert plan[6] == launcher.launch and plan[7] == (binary.function, False, True, None, None, binary.packed_metadata)
     assert direct.launch(spec.kwargs, spec.grid)
     arguments = [KERNEL.triton_kwargs(spec)[name] for name in KERNEL.kernel.arg_names]
     pointers = [value.data_ptr() if isinstance(value, torch.Tensor) else value for value in arguments]
@@ -372,21 +373,40 @@ def test_a_cuda_launcher_gets_what_its_own_call_would_pass_to_its_c_function():
     assert len(calls) == 2 and calls[0] == calls[1]
 
 
-def test_tensors_made_under_inference_mode_launch_directly_and_the_guard_learns_them(monkeypatch):
-    """Serving engines make tensors under torch.inference_mode(); the guard made at load
-    refuses them (another thread state), checks them one by one, and learns their kind."""
+def test_tensors_made_under_inference_mode_launch_directly(monkeypatch):
+    """Serving engines make tensors under torch.inference_mode(); a direct launch prepared
+    outside it takes them (its checks hold no thread state), and still refuses another dtype."""
     x, y = inputs(256)
     axpy(x, y, 1.0)  # prepares the direct launch, outside inference mode
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
     direct = KERNEL.direct_launch(spec)
-    guards = direct.launch.__globals__["GUARDS"]
-    learnt = guards.now
     runs = triton_runs(monkeypatch, KERNEL)
     with torch.inference_mode():
         a, b, out = torch.randn(256), torch.randn(256), torch.empty(256)
-        assert not learnt.check(a, b, out)
         for _ in range(3):
             assert direct.launch(dict(spec.kwargs, X_ptr=a, Y_ptr=b, Out_ptr=out), spec.grid)
-        assert guards.now is not learnt and guards.now.check(a, b, out)  # learnt once, then it passes
     assert runs == []
     assert not direct.launch(dict(spec.kwargs, X_ptr=a.double()), spec.grid)  # another dtype: refused
+
+
+def test_a_torch_function_mode_that_drops_the_arguments_mid_check_cannot_break_the_launch():
+    """The C checks read tensor attributes through torch's getters, which run an active
+    torch function mode's Python code: here, code that empties the arguments' dict, so
+    that the only reference to the tensor being read was the dict's."""
+    from torch.overrides import TorchFunctionMode
+
+    x, y = inputs(256)
+    axpy(x, y, 1.0)  # prepares the direct launch
+    spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
+    direct = KERNEL.direct_launch(spec)
+    arguments = dict(spec.kwargs, X_ptr=torch.randn(256))
+
+    class Dropping(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            arguments.clear()
+            return func(*args, **(kwargs or {}))
+
+    with Dropping():
+        assert direct.launch(arguments, spec.grid) is False  # the next argument is gone: Triton's path
+    with Dropping():
+        assert direct.launch(dict(spec.kwargs), spec.grid) is True  # a dict the mode does not touch
