@@ -38,7 +38,7 @@ from triton.runtime.cache import FileCacheManager
 
 from jitkern import settings
 from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch, signed
-from jitkern.remote import RedisStore, RemoteEntry, RemoteUnavailable, signed_part
+from jitkern.remote import RedisStore, RemoteEntry, RemoteUnavailable, UnreadableRemoteKey, signed_part
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -442,6 +442,8 @@ def _pinned_lock(lock_digest: str) -> Lock | None:
             candidates.append((store.url, store.get_lock(lock_digest)))
         except RemoteUnavailable as error:
             _remote_failed(error)
+        except UnreadableRemoteKey as error:
+            warnings.warn(f"jitkern: refused the lock {lock_digest}: {error}", RefusedCacheEntry, stacklevel=4)
     for source, data in candidates:
         if data and digest(data) == lock_digest:
             with contextlib.suppress(LockError):
@@ -503,16 +505,16 @@ def _read_through(folder: str) -> tuple[dict[str, bytes] | None, str | None]:
         return None, None
     try:
         entry = store.fetch(folder)
+        problem = None if entry is None else trust().problem(folder, entry.files, entry)
     except RemoteUnavailable as error:
         _remote_failed(error)
         return None, None
-    if entry is None:
-        return None, None
-    problem = trust().problem(folder, entry.files, entry)
+    except UnreadableRemoteKey as error:  # that entry only: the others are still read
+        entry, problem = None, _REFUSED + str(error)
     if problem is not None:
         _warn_unusable(store.url, folder, "", problem)
         return None, f"refused from {store.url}: {problem.removeprefix(_REFUSED)}"
-    return entry.files, None
+    return (entry.files if entry else None), None
 
 
 def _publish_serve_time_compile(folder: str, filename: str, group: dict[str, str]) -> None:

@@ -75,7 +75,9 @@ def sign(data: bytes, key: str) -> str:
 
 
 def signed(data: bytes, signature: str, key: str) -> bool:
-    return bool(key) and hmac.compare_digest(sign(data, key), signature)
+    """Whether ``signature`` (read from Redis: anything) is the HMAC of ``data``. Compared
+    as bytes: ``compare_digest`` raises on a str holding a character that is not ASCII."""
+    return bool(key) and hmac.compare_digest(sign(data, key).encode(), signature.encode(errors="replace"))
 
 
 def mismatch(expected: Mapping[str, str], files: Mapping[str, bytes]) -> str | None:

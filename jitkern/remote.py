@@ -31,6 +31,12 @@ class RemoteUnavailable(RuntimeError):
     """Redis could not be reached, answered too slowly, or refused a write (one line)."""
 
 
+class UnreadableRemoteKey(ValueError):
+    """One key in Redis is not as jitkern writes it (another type, a field name that is
+    not UTF-8): whoever can write Redis can write anything, so it is refused (one line
+    naming it) and the rest of Redis is still used; only a down or slow server disables it."""
+
+
 @dataclass(frozen=True)
 class RemoteEntry:
     files: dict[str, bytes]
@@ -50,11 +56,24 @@ def signed_part(folder: str, record: dict[str, Any]) -> bytes:
     return json.dumps({"folder": folder, "files": record.get("files")}, sort_keys=True).encode()
 
 
+def check_url(url: str) -> None:
+    """Raise ``ValueError`` (one line) unless ``url`` is ``redis[s]://HOST[:PORT][/DB]``:
+    a mistyped URL is the user's mistake, found before any work, not a failed connection."""
+    usage = f"remote cache {url!r}: expected redis://HOST:PORT/DB"
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
+        raise ValueError(usage)
+    try:
+        parsed.port  # parsed when read: raises on a port that is not a number in range
+    except ValueError as error:
+        raise ValueError(f"{usage} ({error})") from None
+    if parsed.path.strip("/") and not parsed.path.strip("/").isdigit():
+        raise ValueError(f"{usage} (database {parsed.path.strip('/')!r} is not a number)")
+
+
 class RedisStore:
     def __init__(self, url: str, timeout: float = 2.0):
-        parsed = urlparse(url)
-        if parsed.scheme not in ("redis", "rediss") or not parsed.hostname:
-            raise ValueError(f"remote cache {url!r}: expected redis://HOST:PORT/DB")
+        check_url(url)
         import redis
 
         self.url = url
@@ -65,16 +84,28 @@ class RedisStore:
         try:
             return function(*args)
         except self._errors as error:
+            if str(error).startswith("WRONGTYPE") and args:
+                raise UnreadableRemoteKey(f"{args[0]} holds another type of value than jitkern writes") from None
             raise RemoteUnavailable(f"remote cache {self.url}: {what} failed: {error}") from None
 
+    def ping(self) -> None:
+        """Raise ``RemoteUnavailable`` unless the server answers: checked before a long run."""
+        self._call("connecting", self._redis.ping)
+
     def publish(self, folder: str, files: dict[str, bytes], describes: str, hmac_key: str = "") -> bool:
-        """Write the entry whole; False when Redis already holds exactly this entry."""
+        """Write the entry whole; False when Redis already holds exactly this entry. Every
+        field is compared, so republishing repairs an entry damaged in Redis (a flipped
+        byte in a file, a field added, another type under its key)."""
         record = entry_record(folder, files, describes, hmac_key)
         name = f"{PREFIX}:entry:{folder}"
-        if self._call("reading an entry", self._redis.hget, name, "record") == record:
-            return False
         fields: dict[str, bytes] = {f"file:{file}": data for file, data in files.items()}
         fields["record"] = record
+        try:
+            held = self._call("reading an entry", self._redis.hgetall, name)
+        except UnreadableRemoteKey:
+            held = None
+        if held == {field.encode(): data for field, data in fields.items()}:
+            return False
 
         def write():
             pipe = self._redis.pipeline(transaction=True)
@@ -86,8 +117,10 @@ class RedisStore:
         return True
 
     def fetch(self, folder: str) -> RemoteEntry | None:
-        """The entry as Redis holds it (unverified), or None when it holds none."""
-        fields = self._call("reading an entry", self._redis.hgetall, f"{PREFIX}:entry:{folder}")
+        """The entry as Redis holds it (unverified), or None when it holds none. Raises
+        ``UnreadableRemoteKey`` when its key holds something jitkern never writes."""
+        name = f"{PREFIX}:entry:{folder}"
+        fields = self._call("reading an entry", self._redis.hgetall, name)
         if not fields or b"record" not in fields:
             return None
         record_bytes = fields.pop(b"record")
@@ -95,7 +128,10 @@ class RedisStore:
             record = json.loads(record_bytes)
         except ValueError:
             record = {}
-        files = {name.decode().removeprefix("file:"): data for name, data in fields.items()}
+        try:
+            files = {field.decode().removeprefix("file:"): data for field, data in fields.items()}
+        except UnicodeDecodeError:
+            raise UnreadableRemoteKey(f"{name} has a field name that is not UTF-8") from None
         return RemoteEntry(files, record if isinstance(record, dict) else {}, record_bytes)
 
     def put_lock(self, lock: locks.Lock, deployment: str) -> str:
@@ -113,4 +149,5 @@ class RedisStore:
         return value.decode() if value else None
 
 
-__all__ = ["RedisStore", "RemoteEntry", "RemoteUnavailable", "entry_record", "signed_part"]
+__all__ = ["RedisStore", "RemoteEntry", "RemoteUnavailable", "UnreadableRemoteKey", "check_url", "entry_record",
+           "signed_part"]

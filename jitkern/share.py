@@ -16,7 +16,7 @@ from typing import Any
 from jitkern import registry
 from jitkern.compile import entry_files
 from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch
-from jitkern.remote import RedisStore
+from jitkern.remote import RedisStore, UnreadableRemoteKey
 
 
 @dataclass(frozen=True)
@@ -105,16 +105,23 @@ def check_remote(key_names: list[str], lock: Lock, store: RedisStore) -> list[st
             continue
         for folder in lock.keys[name]:
             if folder not in verdicts:
-                entry = store.fetch(folder)
-                verdicts[folder] = ("missing from the remote cache" if entry is None
-                                    else _tampered(mismatch(lock.entries.get(folder, {}), entry.files)))
+                verdicts[folder] = _remote_problem(store, folder, lock.entries.get(folder, {}))
             if verdicts[folder] is not None:
                 problems.append(f"{name}: entry {folder}: {verdicts[folder]}")
                 break
     return problems
 
 
-def _tampered(problem: str | None) -> str | None:
+def _remote_problem(store: RedisStore, folder: str, expected: dict[str, str]) -> str | None:
+    """Why Redis cannot serve the entry ``folder`` as locked; None when it can. An
+    unreadable entry is one problem among others, not the end of the check."""
+    try:
+        entry = store.fetch(folder)
+    except UnreadableRemoteKey as error:
+        return f"tampered or damaged: {error}"
+    if entry is None:
+        return "missing from the remote cache"
+    problem = mismatch(expected, entry.files)
     return None if problem is None else f"tampered or damaged: {problem}"
 
 

@@ -6,6 +6,7 @@ serving side loads through ``jitkern.testing.dry_run_gpu``. ``docs/reliability.m
 """
 
 import hashlib
+import json
 import multiprocessing
 import os
 import re
@@ -128,6 +129,43 @@ def test_an_attacker_who_can_write_redis_gets_nothing_loaded(dry_run_gpu, triton
         check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url,
                        cache_dir=tmp_path / "empty", env=dict(os.environ, JITKERN_LOCK_DIGEST=lock_digest))
         assert check.returncode == 1 and f"{victim_key}: entry {victim}: tampered or damaged: {cubin}" in check.stdout
+
+
+def test_an_unreadable_redis_entry_is_refused_alone_and_republishing_repairs_damage(dry_run_gpu, triton_cache,
+                                                                                    tmp_path):
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    built = tmp_path / "built"
+    with shared_redis(tmp_path) as server:
+        run, lock_digest = publish(manifest, built, server.url)
+        assert run.returncode == 0, run.stderr
+        lock = Lock.from_bytes((built / LOCK_FILE).read_bytes(), "lock")
+        foreign_name, wrong_type, flipped = sorted(lock.keys)
+        entry = {key: f"jitkern:entry:{binary_entry(lock, key)}" for key in lock.keys}
+        server.client.hset(entry[foreign_name], b"file:\xff", b"x")  # a field name that is not UTF-8
+        server.client.delete(entry[wrong_type])
+        server.client.set(entry[wrong_type], b"not a hash")
+
+        outcome, warned = serve(manifest, remote_cache=server.url, lock_digest=lock_digest)
+        assert outcome.startswith("2 of 3 keys are not usable"), outcome  # the third loaded from Redis
+        assert not [line for line in warned if "reading local caches only" in line], warned
+        assert f"jitkern: refused {foreign_name} from {server.url}: {entry[foreign_name]} has a field name that is " \
+               "not UTF-8; nothing of it is loaded" in warned, warned
+        assert f"jitkern: refused {wrong_type} from {server.url}: {entry[wrong_type]} holds another type" in "\n".join(warned)
+        check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
+        assert check.returncode == 1 and "2 of 3 keys cannot be used" in check.stdout, check.stdout + check.stderr
+        assert f"{wrong_type}: entry {entry[wrong_type].rsplit(':', 1)[1]}: tampered or damaged" in check.stdout
+
+        server.client.hset(entry[flipped], "record", json.dumps({"files": {}, "hmac": "\u00e9"}))
+        keyed, _ = serve(manifest, remote_cache=server.url, lock_key="the fleet's secret")
+        assert f"{flipped.removesuffix(' for cuda:90')}: refused from {server.url}: not in a trusted lock" in keyed
+
+        cubin = next(name for name in server.client.hkeys(entry[flipped]) if name.endswith(b".cubin"))
+        data = server.client.hget(entry[flipped], cubin)
+        server.client.hset(entry[flipped], cubin, data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
+        again, _ = publish(manifest, built, server.url)
+        assert "published to" in again.stdout and ": 3 entries written" in again.stdout, again.stdout + again.stderr
+        check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
+        assert check.returncode == 0 and "all 3 keys in redis://" in check.stdout, check.stdout + check.stderr
 
 
 # --- cache wheels ---------------------------------------------------------------------------
