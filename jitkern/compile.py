@@ -343,6 +343,9 @@ def entry_location(kernel: JitKernel, key: Any, target: str) -> EntryLocation | 
     it in the cache-miss hook: there Triton hands over the signature, constants and
     options it would compile with, from which the on-disk cache key follows exactly as
     ``triton.compile`` computes it. None when nothing would compile (the interpreter).
+    Raises ``LookupError`` (one line) for a key that fails before that lookup (Triton's
+    check of ``num_warps``, a launcher's ``TypeError``): it has no entry, and the other
+    keys' checks and lock go on without it.
     """
     with compile_only(parse_target(target)), hooks.watching(on_cache_miss=_probe_cache), \
             _fresh_in_process_cache(kernel):
@@ -350,13 +353,18 @@ def entry_location(kernel: JitKernel, key: Any, target: str) -> EntryLocation | 
             kernel.compile(key)
         except _Probe as probe:
             return probe.location
+        except Exception as error:
+            raise LookupError(f"cannot be compiled: {_one_error(error).splitlines()[0]}") from None
     return None
 
 
 def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
     """What the caches (directory, installed wheels) hold for ``key``'s binary, checked
     whole and against the trusted lock (``lookup_entry``); compiles nothing."""
-    location = entry_location(kernel, key, target)
+    try:
+        location = entry_location(kernel, key, target)
+    except LookupError as error:
+        return EntryState(None, str(error))
     return EntryState({}) if location is None else lookup_entry(location.folder, location.group_name)
 
 

@@ -453,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     locked = build_lock(plan.tasks())
     path, lock_digest = write_lock(cache_directory(), locked.lock)
     print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
+    for line in locked.unlocked:
+        print(f"not locked: {line}", file=sys.stderr)
     if args.remote and not _publish(plan, locked.lock, args.remote):
         return 1
     return 1 if summary["failures"] else 0

@@ -96,3 +96,39 @@ def test_under_the_interpreter_warmup_compiles_nothing_and_says_so(tmp_path):
                          cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0 and "nothing to compile" in run.stdout
     assert not list(tmp_path.iterdir())
+
+
+REFUSED_BY_TRITON = '''
+from jitkern.examples.axpy import AxpyKernel
+
+
+class WarpsAxpy(AxpyKernel):
+    name = "test.axpy_warps"
+
+    def constants(self, key):  # num_warps 3: Triton refuses it before its cache lookup
+        return dict(super().constants(key), num_warps=3 if key.block_size == 512 else 4)
+'''
+
+
+def test_a_key_that_fails_before_the_cache_lookup_is_named_and_the_others_locked(tmp_path):
+    (tmp_path / "warps_axpy.py").write_text(REFUSED_BY_TRITON)
+    manifest = tmp_path / "warps.json"
+    manifest.write_text(json.dumps({"format_version": 1, "name": "warps", "targets": ["cuda:90"],
+                                    "modules": ["warps_axpy"], "kernels": [
+                                        {"kernel": "test.axpy_warps",
+                                         "config": {"dtypes": ["float32"], "block_sizes": [1024, 512]}}]}))
+    environment = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    cache = tmp_path / "cache"
+    run = warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, env=environment)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    refused = "cannot be compiled: AssertionError: num_warps must be a power of 2"
+    unlocked = [line for line in run.stderr.splitlines() if line.startswith("not locked: ")]
+    assert len(unlocked) == 3 and all("block_size=512" in line and line.endswith(refused) for line in unlocked)
+    lock = json.loads((cache / "jitkern-lock.json").read_text())
+    assert len(lock["keys"]) == 3 and all("block_size=1024" in key for key in lock["keys"])  # three layouts each
+
+    check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache, env=environment)
+    assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
+    assert "3 of 6 keys cannot be used from the cache:" in check.stdout
+    assert [line.removeprefix("not locked: ") for line in unlocked] == [
+        line.removeprefix("  ") for line in check.stdout.splitlines() if "block_size=512" in line]
