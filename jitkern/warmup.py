@@ -34,6 +34,7 @@ from jitkern.report import format_notes, format_table, report, summarise
 from jitkern import settings
 from jitkern.settings import interpreting
 from jitkern.specialisation import BinaryKey
+from jitkern.remote import RedisStore, RemoteUnavailable
 from jitkern.share import build_lock, check_remote, deployment_name, publish, write_lock
 from jitkern.targets import local_target, parse_target, parse_targets, target_name
 
@@ -345,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_load(manifest_paths: list[str]) -> int:
+    if not interpreting() and local_target() is None:
+        print("error: --load loads the binaries onto this machine's GPU, and there is none here "
+              "(--check checks a cache with no GPU)", file=sys.stderr)
+        return 1
     try:
         print(f"process start (GPU context, Triton's hash of its own build), once: {start_process() * 1e3:.1f} ms")
         loaded = load(manifest_paths)
@@ -391,6 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)
         return 2
+    problem = _report_problem(args.report) if args.report else None
+    if problem is not None:
+        print(f"error: --report {args.report}: {problem}; nothing was compiled", file=sys.stderr)
+        return 2
+    try:  # a malformed URL is a usage error, found before any work
+        store = RedisStore(args.remote, settings.current().remote_timeout) if args.remote else None
+    except ValueError as error:
+        print(f"error: --remote: {error}", file=sys.stderr)
+        return 2
     if args.cache_dir:
         os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
@@ -413,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         print("TRITON_INTERPRET=1: kernels run on the CPU interpreter; there is nothing to compile.")
         return 0
     progress = not args.no_progress
-    if args.check and args.remote:
-        return _check_remote(plan, args.remote)
+    if args.check and store is not None:
+        return _check_remote(plan, store)
     if args.check:
         checked = run_check(plan, progress)
         for line in checked.foreign:
@@ -425,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"all {checked.total} keys in the cache, whole")
         return 0
+    if store is not None and not _reachable(store):
+        return 1
     try:
         for target in plan.targets:
             record_identity(cache_directory(), compiler_identity(target))
@@ -455,22 +471,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
     for line in locked.unlocked:
         print(f"not locked: {line}", file=sys.stderr)
-    if args.remote and not _publish(plan, locked.lock, args.remote):
+    if store is not None and not _publish(plan, locked.lock, store):
         return 1
     return 1 if summary["failures"] else 0
 
 
-def _publish(plan: Plan, lock, url: str) -> bool:
-    from jitkern.remote import RedisStore, RemoteUnavailable
+def _report_problem(path: Path) -> str | None:
+    """Why the summary cannot be written to ``path``: found before compiling, not after."""
+    if path.is_dir():
+        return "is a directory"
+    if not path.parent.is_dir():
+        return f"no directory {path.parent}"
+    if not os.access(path.parent, os.W_OK):
+        return f"the directory {path.parent} is not writable"
+    return None
+
+
+def _reachable(store: RedisStore) -> bool:
+    """Ping Redis before compiling: a server that is down is a failed run, said at once."""
+    try:
+        store.ping()
+    except RemoteUnavailable as error:
+        print(f"error: {error}; nothing was compiled", file=sys.stderr)
+        return False
+    return True
+
+
+def _publish(plan: Plan, lock, store: RedisStore) -> bool:
     from jitkern.settings import current
 
     try:
-        store = RedisStore(url, current().remote_timeout)
         result = publish(lock, store, plan_deployment(plan), current().lock_key)
     except (RemoteUnavailable, OSError, ValueError) as error:
-        print(f"error: publishing to {url}: {error}", file=sys.stderr)
+        print(f"error: publishing to {store.url}: {error}", file=sys.stderr)
         return False
-    print(f"published to {url}: {result.written} entries written, {result.unchanged} already there; "
+    print(f"published to {store.url}: {result.written} entries written, {result.unchanged} already there; "
           f"lock sha256 {result.lock_digest}")
     return True
 
@@ -479,18 +514,17 @@ def plan_deployment(plan: Plan) -> str:
     return deployment_name([loaded.manifest.name for loaded in plan.manifests], plan.targets)
 
 
-def _check_remote(plan: Plan, url: str) -> int:
+def _check_remote(plan: Plan, store: RedisStore) -> int:
     """``--check --remote``: Redis holds every key whole and matching the lock: the one
     pinned by JITKERN_LOCK_DIGEST, else the cache directory's, else the one Redis names
     for the deployment (which shows damage, not tampering)."""
     from jitkern.lock import LOCK_FILE, Lock, LockError, digest
-    from jitkern.remote import RedisStore, RemoteUnavailable
     from jitkern.settings import current
 
+    url = store.url
     pinned = current().lock_digest
     local = os.path.join(cache_directory(), LOCK_FILE)
     try:
-        store = RedisStore(url, current().remote_timeout)
         wanted = pinned or store.deployment_lock_digest(plan_deployment(plan))
         if os.path.exists(local) and (not pinned or digest(Path(local).read_bytes()) == pinned):
             source, data = local, Path(local).read_bytes()
@@ -525,6 +559,9 @@ def _pack(argv: list[str]) -> int:
     parser.add_argument("--cache-dir", help="the warmed cache (default: TRITON_CACHE_DIR, else ~/.triton/cache)")
     parser.add_argument("--out", required=True, metavar="DIST", help="folder to write the wheel into")
     args = parser.parse_args(argv)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"error: --out {args.out}: not a directory", file=sys.stderr)
+        return 2
     if args.cache_dir:
         os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
@@ -542,4 +579,8 @@ def _pack(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the cache holds whole entries only: a rerun compiles what is left
+        print("interrupted: run it again to compile what is left", file=sys.stderr)
+        sys.exit(130)

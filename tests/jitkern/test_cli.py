@@ -2,8 +2,11 @@
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from warmup_testing import EXAMPLE, REPO, cache_entries, cli, launchers, report_of, totals, warmup
@@ -132,3 +135,39 @@ def test_a_key_that_fails_before_the_cache_lookup_is_named_and_the_others_locked
     assert "3 of 6 keys cannot be used from the cache:" in check.stdout
     assert [line.removeprefix("not locked: ") for line in unlocked] == [
         line.removeprefix("  ") for line in check.stdout.splitlines() if "block_size=512" in line]
+
+
+def test_usage_mistakes_are_one_line_before_anything_is_compiled_or_written(tmp_path):
+    cache = tmp_path / "cache"
+    (tmp_path / "a-file").write_text("")
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mistakes = [
+        (["--report", tmp_path / "missing" / "r.json"], 2, f"--report {tmp_path}/missing/r.json: no directory"),
+        (["--report", tmp_path], 2, f"--report {tmp_path}: is a directory"),
+        (["--remote", "http://127.0.0.1:6379/0"], 2, "--remote: remote cache 'http://127.0.0.1:6379/0': expected"),
+        (["--remote", "redis://127.0.0.1:port/0", "--check"], 2, "Port could not be cast to integer"),
+        (["--remote", f"redis://127.0.0.1:{port}/0"], 1, f"redis://127.0.0.1:{port}/0: connecting failed"),
+        (["--load"], 1, "--load loads the binaries onto this machine's GPU, and there is none here"),
+    ]
+    for arguments, returncode, message in mistakes:
+        run = warmup(EXAMPLE, "--target", "cuda:90", *arguments, cache_dir=cache)
+        assert (run.returncode, len(run.stderr.splitlines())) == (returncode, 1) and message in run.stderr, \
+            (arguments, run.stderr)
+        assert not cache.exists()
+    pack = cli("pack", EXAMPLE, "--target", "cuda:90", "--out", tmp_path / "a-file", cache_dir=cache)
+    assert (pack.returncode, pack.stderr) == (2, f"error: --out {tmp_path}/a-file: not a directory\n")
+
+
+def test_an_interrupted_warmup_says_so_in_one_line(tmp_path):
+    cache = tmp_path / "cache"
+    run = warmup(EXAMPLE, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, background=True)
+    deadline = time.monotonic() + 60
+    while not (cache.exists() and cache_entries(cache)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130 and stderr.splitlines()[-1] == "interrupted: run it again to compile what is left"
+    assert "Traceback" not in stderr, stderr
+
