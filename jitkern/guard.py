@@ -101,15 +101,19 @@ def _record(entry: dict[str, Any]) -> None:
 def merge_record(record_file: str | Path, manifest_path: str | Path) -> int:
     """Add the record file's keys that ``manifest_path`` does not cover yet to it, as
     ``keys`` entries; returns how many. The manifest is rewritten only if the result
-    loads, and atomically (a reader sees the old file or the new one)."""
+    loads, and atomically (a reader sees the old file or the new one): through a symlink,
+    the file it points to, keeping its mode; a read-only manifest is refused, since
+    replacing it would bypass the permission its owner set."""
     import os
+    import stat
     import tempfile
 
     from jitkern.kernel import key_fields
-    from jitkern.manifest import load_manifest, manifest_keys
+    from jitkern.manifest import ManifestError, load_manifest, manifest_keys
 
-    path = Path(manifest_path)
-    covered = {name: [key_fields(key) for key in keys] for name, keys in manifest_keys(load_manifest(path)).items()}
+    covered = {name: [key_fields(key) for key in keys]
+               for name, keys in manifest_keys(load_manifest(manifest_path)).items()}
+    path = Path(os.path.realpath(manifest_path))
     document = json.loads(path.read_text())
     added = 0
     for entry in recorded_entries(record_file):
@@ -123,11 +127,18 @@ def merge_record(record_file: str | Path, manifest_path: str | Path) -> int:
         target["keys"].extend(new)
         added += len(new)
     if added:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        if not mode & 0o222 or not os.access(path, os.W_OK):
+            raise ManifestError(f"{manifest_path}: read-only; make it writable to merge the record into it")
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(handle, "w") as file:
             file.write(json.dumps(document, indent=2) + "\n")
         try:
-            load_manifest(temporary)
+            try:
+                load_manifest(temporary)
+            except ManifestError as error:  # named as the manifest, not the temporary file
+                raise ManifestError(str(error).replace(temporary, f"{manifest_path} merged with {record_file}")) from None
+            os.chmod(temporary, mode)
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):
@@ -136,11 +147,18 @@ def merge_record(record_file: str | Path, manifest_path: str | Path) -> int:
 
 
 def recorded_entries(record_file: str | Path) -> list[dict[str, Any]]:
-    """Turn a record file into manifest ``kernels`` entries, one per kernel."""
+    """Turn a record file into manifest ``kernels`` entries, one per kernel. A line that
+    is not what ``_record`` writes raises ``ValueError`` naming the file and line."""
     keys: dict[str, list[dict[str, Any]]] = {}
-    for line in Path(record_file).read_text().splitlines():
+    for number, line in enumerate(Path(record_file).read_text().splitlines(), 1):
         if line.strip():
-            item = json.loads(line)
+            try:
+                item = json.loads(line)
+            except ValueError as error:
+                raise ValueError(f"{record_file}, line {number}: not JSON ({error})") from None
+            if not (isinstance(item, dict) and isinstance(item.get("kernel"), str) and isinstance(item.get("key"), dict)):
+                raise ValueError(f'{record_file}, line {number}: expected {{"kernel": NAME, "key": {{...}}}}, '
+                                 f"got {line.strip()[:80]}")
             found = keys.setdefault(item["kernel"], [])
             if item["key"] not in found:
                 found.append(item["key"])

@@ -171,3 +171,34 @@ def test_an_interrupted_warmup_says_so_in_one_line(tmp_path):
     assert run.returncode == 130 and stderr.splitlines()[-1] == "interrupted: run it again to compile what is left"
     assert "Traceback" not in stderr, stderr
 
+
+def test_merge_record_writes_through_a_symlink_keeps_the_mode_and_names_bad_lines(tmp_path):
+    (tmp_path / "real").mkdir()
+    manifest = tmp_path / "real" / "m.json"
+    manifest.write_text(EXAMPLE.read_text())
+    manifest.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(manifest)
+    record = tmp_path / "record.jsonl"
+    record.write_text(json.dumps({"kernel": "jitkern.example.axpy", "key": {"dtype": "float32", "block_size": 512}}))
+    merged = cli("merge-record", record, link, cache_dir=tmp_path)
+    assert merged.returncode == 0 and merged.stdout == f"1 key(s) added to {link}\n", merged.stderr
+    assert link.is_symlink() and oct(manifest.stat().st_mode & 0o777) == "0o640"
+    assert {"dtype": "float32", "block_size": 512} in json.loads(manifest.read_text())["kernels"][-1]["keys"]
+    assert sorted(p.name for p in tmp_path.joinpath("real").iterdir()) == ["m.json"]
+
+    for line, why in [("[1, 2]", 'expected {"kernel": NAME, "key": {...}}, got [1, 2]'),
+                      ('"hello"', 'expected {"kernel": NAME, "key": {...}}, got "hello"'),
+                      ('{"kernel": ["a"]}', 'expected {"kernel": NAME, "key": {...}}, got {"kernel": ["a"]}'),
+                      ("{", "not JSON")]:
+        record.write_text(json.dumps({"kernel": "jitkern.example.axpy", "key": {"dtype": "float16", "block_size": 512}})
+                          + "\n" + line + "\n")
+        bad = cli("merge-record", record, link, cache_dir=tmp_path)
+        assert bad.returncode == 2 and bad.stderr.startswith(f"error: {record}, line 2: {why}"), bad.stderr
+    record.write_text(json.dumps({"kernel": "jitkern.example.axpy", "key": {"dtype": "float33", "block_size": 512}}))
+    invalid = cli("merge-record", record, link, cache_dir=tmp_path)
+    assert invalid.returncode == 2 and invalid.stderr.startswith(f"error: {link} merged with {record}: "), invalid.stderr
+    manifest.chmod(0o444)
+    read_only = cli("merge-record", record, link, cache_dir=tmp_path)
+    assert (read_only.returncode, read_only.stderr) == (2, f"error: {link}: read-only; make it writable to merge the "
+                                                           "record into it\n")
