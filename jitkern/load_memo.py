@@ -16,8 +16,10 @@ when one is pinned), builds Triton's own ``CompiledKernel`` from its binary and 
 metadata the memo recorded, and binds the recorded direct launch to it.
 
 Each kernel's Triton key (settled at import: its source, its helpers' and the values of
-the ``constexpr`` globals they read) must also be the one recorded, or the process takes
-the full path.
+the ``constexpr`` globals they read) must also be the one recorded, and each key's
+constexprs and launch options (``constants(key)``, which may read anything: a tuning
+table in another module) exactly those recorded with its binaries, value and type, or
+the process takes the full path.
 
 The fingerprint is a sha256 of each manifest's path and bytes, ``triton_key()``, the
 target and the number of GPUs, Triton's cache-invalidating settings and every
@@ -56,7 +58,7 @@ from jitkern import settings
 from jitkern.specialisation import BinaryKey
 from jitkern.triton_build import file_stats
 
-FORMAT = 2
+FORMAT = 3
 MEMO_FOLDER = "loads"
 MAX_MEMOS = 32  # deployments remembered per machine; the oldest memo is dropped
 
@@ -219,7 +221,7 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
         "hash": binary.hash, "folder": os.path.basename(os.path.dirname(group[metadata])),
         "metadata": metadata, "binary": binary_file, "metadata_fields": fields, "packed": binary.packed_metadata,
         "signature": src.signature, "constexprs": src.constants, "attrs": src.attrs, "recipe": direct.recipe,
-        "files": dict(group), "stats": stats,
+        "files": dict(group), "stats": stats, "constants": _exact_constants(kernel._key_constants(binary_key.key)),
     }
     two_files = {file: group[file] for file in (metadata, binary_file)}
     made, by_triton = _compiled_kernel(src, record, two_files), CompiledKernel(src, two_files, binary.hash)
@@ -263,6 +265,21 @@ def _entry_stats(files: dict[str, str], metadata: str) -> list[tuple]:
     return file_stats([os.path.join(folder, f"__grp__{metadata}"), *sorted(files.values())])
 
 
+def _exact_constants(constants: dict[str, Any]) -> tuple:
+    """A key's constexprs and launch options (``_key_constants``), each value with its type:
+    Triton compiles 1, True and 1.0 (or 0.0 and -0.0) as other binaries, which ``==`` would
+    take for one. ``NotRemembered`` for a value ``marshal`` does not keep exactly."""
+    return tuple((name, _exact(constants[name])) for name in sorted(constants))
+
+
+def _exact(value: Any) -> tuple:
+    if type(value) in (tuple, list):
+        return type(value).__name__, tuple(_exact(item) for item in value)
+    if type(value) in (type(None), bool, int, float, complex, str, bytes):
+        return type(value).__name__, repr(value)
+    raise NotRemembered(repr(value))
+
+
 def _encode_key(key: Any) -> tuple:
     """A compile key's fields as values ``marshal`` keeps exactly (a dtype by its name)."""
     fields = tuple((field.name, *_encode_field(getattr(key, field.name))) for field in dataclasses.fields(key))
@@ -294,32 +311,50 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
     registry.import_modules(memo["modules"])
     if any(registry.get_kernel(name).kernel.cache_key != key for name, key in memo["triton_keys"].items()):
         return None  # a global constexpr of another value (read from the environment, say): other binaries
-    found = []  # (record, the entry's files, whether they are those recorded)
+    kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record in memo["binaries"])}
+    constants_now: dict[tuple, tuple] = {}  # (kernel, encoded key) -> the key, its constants now
+    found = []  # (record, its compile key, the entry's files, whether they are those recorded)
     for record in memo["binaries"]:
+        key = _key_with_recorded_constants(kernels[record["kernel"]], record, constants_now)
+        if key is None:
+            return None  # constants(key) reads something that changed (a tuning table): another binary
         if _entry_stats(record["files"], record["metadata"]) == record["stats"]:  # as checked when recorded
-            found.append((record, record["files"], True))
+            found.append((record, key, record["files"], True))
             continue
         state = lookup_entry(record["folder"], record["metadata"])
         if not state.usable:
             return None
-        found.append((record, state.files, False))
+        found.append((record, key, state.files, False))
     known_code(codes=memo["compiled"])
-    kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record, _, _ in found)}
     loaded: dict[str, tuple[int, float]] = {}
     with _sharing_identical_work():
-        for record, files, as_recorded in found:
+        for record, key, files, as_recorded in found:
             start = time.perf_counter()
             kernel = kernels[record["kernel"]]
             src = ASTSource(kernel.kernel, record["signature"], record["constexprs"], record["attrs"])
             group = {name: files[name] for name in (record["metadata"], record["binary"])}
             binary = _compiled_kernel(src, record, group) if as_recorded else CompiledKernel(src, group, record["hash"])
-            kernel.adopt(BinaryKey(_decode_key(kernel.CompileKey, record["key"]), record["layout"]), binary,
-                         record["recipe"])
+            kernel.adopt(BinaryKey(key, record["layout"]), binary, record["recipe"])
             binaries, seconds = loaded.get(record["kernel"], (0, 0.0))
             loaded[record["kernel"]] = (binaries + 1, seconds + time.perf_counter() - start)
     for name, key, recipe, layouts in memo["pickers"]:
         kernels[name].adopt_picker(_decode_key(kernels[name].CompileKey, key), recipe, layouts)
     return loaded
+
+
+def _key_with_recorded_constants(kernel: Any, record: dict, current: dict[tuple, tuple]) -> Any:
+    """The record's compile key, when the kernel's ``constants(key)`` give now exactly what
+    they gave for the recorded binary (they may read more than the code files the memo
+    lists: a tuning table); else None. Each key's constants are computed once (``current``)."""
+    memo_key = (record["kernel"], record["key"])
+    if memo_key not in current:
+        key = _decode_key(kernel.CompileKey, record["key"])
+        try:
+            current[memo_key] = key, _exact_constants(kernel._key_constants(key))
+        except NotRemembered:
+            current[memo_key] = key, None
+    key, constants = current[memo_key]
+    return key if constants == record["constants"] else None
 
 
 @contextlib.contextmanager

@@ -175,6 +175,36 @@ def test_a_kernel_of_another_triton_key_takes_the_full_path(deployment, monkeypa
     assert looked_up and not registry.get_kernel(AXPY)._binaries
 
 
+@pytest.mark.parametrize("tuned", [dict(num_warps=8), dict(enable_fp_fusion=0)],
+                         ids=["an option added", "False become 0"])
+def test_a_key_whose_constants_changed_loads_its_new_binaries(deployment, monkeypatch, tuned):
+    """``constants(key)`` may read what no code file of the memo holds (a tuning table in a
+    module of its own). After the table changes and a new warmup, a restarted process
+    loads the new binaries, even where the new value equals the old one by ``==``."""
+    from jitkern.examples.axpy import AxpyKernel
+
+    manifest, entries, _calls = deployment
+    load([str(manifest)])
+    kernel, constants = registry.get_kernel(AXPY), AxpyKernel.constants
+    monkeypatch.setattr(AxpyKernel, "constants", lambda self, key: {**constants(self, key), **tuned})
+    monkeypatch.setattr(kernel, "_constants", {})  # computed anew, as in a restarted process
+    warm(manifest)
+    forget_all_binaries()
+    looked_up = full_paths(monkeypatch)
+    (loaded,) = load([str(manifest)])
+    assert len(looked_up) == loaded.binaries == len(entries)
+    metadata = [direct.binary.metadata for by_layout in kernel._binaries.values() for direct in by_layout.values()]
+    assert len(metadata) == len(entries)
+    for name, value in tuned.items():
+        assert all(type(getattr(each, name)) is type(value) and getattr(each, name) == value for each in metadata)
+
+    forget_all_binaries()  # the memo the full path wrote holds the new binaries
+    looked_up.clear()
+    load([str(manifest)])
+    assert looked_up == [] and [direct.binary.metadata for by_layout in kernel._binaries.values()
+                                for direct in by_layout.values()] == metadata
+
+
 def test_a_triton_setting_or_jitkern_setting_is_another_deployment(deployment, monkeypatch):
     manifest, _entries, _calls = deployment
     fingerprint = load_memo.deployment_fingerprint([str(manifest)])
