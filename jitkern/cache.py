@@ -185,13 +185,9 @@ class JitkernCacheManager(FileCacheManager):
         self._private_dir: str | None = None
 
     def get_file(self, filename: str) -> str | None:
-        for root in read_roots():
-            path = os.path.join(root, self.key, filename)
-            if os.path.exists(path):
-                problem = _file_problem(path, filename) or _lock_problem(root, self.key, {filename: _read(path)})
-                if problem is None:
-                    return path
-                _warn_unusable(root, self.key, filename, problem)
+        path, _problem = lookup_file(self.key, filename)
+        if path is not None:
+            return path
         if self._private_dir and os.path.exists(os.path.join(self._private_dir, filename)):
             return os.path.join(self._private_dir, filename)
         files, _refused = _read_through(self.key)
@@ -248,17 +244,85 @@ def lookup_entry(folder: str, group_name: str, verified: bool = True) -> EntrySt
     found = EntryState(None, MISSING)
     for root in read_roots():
         state = inspect_entry(os.path.join(root, folder), group_name)
-        if state.usable and verified:
-            problem = _lock_problem(root, folder, {name: _read(path) for name, path in state.files.items()})
+        if state.usable:
+            problem = _files_problem(root, folder, state.files, verified)
             if problem is None:
                 return state
             state = EntryState(None, problem)
-        elif state.usable:
-            return state
         if state.problem != MISSING:
             _warn_unusable(root, folder, group_name, state.problem)
             found = found if found.problem != MISSING else state
     return found
+
+
+def lookup_file(folder: str, filename: str, verified: bool = True) -> tuple[str | None, str | None]:
+    """The single file ``filename`` of entry ``folder`` (a host C module) as ``lookup_entry``
+    finds an entry: its path, whole and (``verified``) matching the trusted lock, or None
+    and why not (the first problem other than absence)."""
+    problem = MISSING
+    for root in read_roots():
+        path = os.path.join(root, folder, filename)
+        if not os.path.exists(path):
+            continue
+        found = _file_problem(path, filename) or _files_problem(root, folder, {filename: path}, verified)
+        if found is None:
+            return path, None
+        _warn_unusable(root, folder, filename, found)
+        problem = problem if problem != MISSING else found
+    return None, problem
+
+
+def _files_problem(root: str, folder: str, paths: dict[str, str], verified: bool) -> str | None:
+    """Why the whole entry ``folder`` of ``root`` (its files' ``paths``) may not be used: it
+    does not match the trusted lock (``verified``), or, within ``own_lock_shows_damage()``,
+    the cache directory's own lock."""
+    own = getattr(_showing_damage, "on", False) and root == triton.knobs.cache.dir
+    if not (verified or own):
+        return None
+    files = {name: _read(path) for name, path in paths.items()}
+    return (_lock_problem(root, folder, files) if verified else None) or (_own_lock_problem(folder, files) if own
+                                                                           else None)
+
+
+_showing_damage = threading.local()
+
+
+@contextlib.contextmanager
+def own_lock_shows_damage() -> Iterator[None]:
+    """Within the block, an entry of the cache directory whose files differ from those its
+    own lock (``jitkern-lock.json`` beside them) lists is damaged: a warmup replaces it
+    instead of locking it again, ``--check`` and ``pack`` name it. That lock
+    authenticates nothing (whoever changed the files could change it too), so this is a
+    check for damage, not trust."""
+    previous = getattr(_showing_damage, "on", False)
+    _showing_damage.on = True
+    try:
+        yield
+    finally:
+        _showing_damage.on = previous
+
+
+def _own_lock_problem(folder: str, files: dict[str, bytes]) -> str | None:
+    expected = _own_lock().entries.get(folder)
+    return None if expected is None else mismatch(expected, files, f"the cache's {LOCK_FILE}")
+
+
+_own_locks: dict[tuple, Lock] = {}
+
+
+def _own_lock() -> Lock:
+    """The cache directory's lock (empty when it has none, or an unreadable one), read again
+    only when the file changed."""
+    path = os.path.join(triton.knobs.cache.dir, LOCK_FILE)
+    try:
+        status = os.stat(path)
+        fingerprint = (path, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        if fingerprint not in _own_locks:
+            _own_locks.clear()
+            _own_locks[fingerprint] = Lock.from_bytes(_read(path), path)
+        return _own_locks[fingerprint]
+    except (OSError, LockError):
+        return Lock()
 
 
 def read_roots() -> list[str]:
@@ -538,5 +602,5 @@ def install() -> None:
 
 
 __all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "RefusedCacheEntry", "RemoteCacheUnavailable", "Trust",
-           "lookup_entry", "read_roots", "remote_store", "trust", "wheel_roots", "EntryState", "JitkernCacheManager",
+           "lookup_entry", "lookup_file", "own_lock_shows_damage", "read_roots", "remote_store", "trust", "wheel_roots", "EntryState", "JitkernCacheManager",
            "inspect_entry", "install", "refusing_compiles"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import c_launch, hooks, registry
-from jitkern.cache import DamagedCacheEntry, EntryState, lookup_entry, read_roots
+from jitkern.cache import MISSING, DamagedCacheEntry, lookup_entry, lookup_file, own_lock_shows_damage
 from jitkern.kernel import JitKernel, TritonJitKernel, key_name
 from jitkern.specialisation import BinaryKey
 from jitkern.targets import compile_only, current as current_target, fit_launch_options, parse_target
@@ -60,7 +60,8 @@ def compile_task(task: CompileTask) -> CompileOutcome:
     """Compile one key here; a compiler error becomes a failed outcome, not an exception.
 
     A damaged cache entry reads as absent (``jitkern.cache``), so it is compiled again
-    and replaced; the outcome says what was wrong with it.
+    and replaced; the outcome says what was wrong with it. So is an entry whose files
+    differ from those the cache's own lock lists: it is never locked again as it is.
     """
     kernel = registry.get_kernel(task.kernel_name)
     fresh_compiles: list[bool] = []
@@ -72,11 +73,12 @@ def compile_task(task: CompileTask) -> CompileOutcome:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DamagedCacheEntry)
         try:
-            with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
-                binary = kernel.compile(task.key)
-                notes = target_notes(kernel, task.key)
-            if binary is not None:
-                build_launcher(binary)
+            with own_lock_shows_damage():
+                with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
+                    binary = kernel.compile(task.key)
+                    notes = target_notes(kernel, task.key)
+                if binary is not None:
+                    build_launcher(binary)
         except Exception as error:  # the compiler's message is the useful part
             return CompileOutcome(task, FAILED, time.perf_counter() - start, _one_error(error))
     replaced = "; ".join(str(w.message) for w in caught if issubclass(w.category, DamagedCacheEntry))
@@ -358,37 +360,29 @@ def entry_location(kernel: JitKernel, key: Any, target: str) -> EntryLocation | 
     return None
 
 
-def entry_state(kernel: JitKernel, key: Any, target: str) -> EntryState:
-    """What the caches (directory, installed wheels) hold for ``key``'s binary, checked
-    whole and against the trusted lock (``lookup_entry``); compiles nothing."""
-    try:
-        location = entry_location(kernel, key, target)
-    except LookupError as error:
-        return EntryState(None, str(error))
-    return EntryState({}) if location is None else lookup_entry(location.folder, location.group_name)
-
-
-def entry_files(kernel: JitKernel, key: Any, target: str) -> dict[str, dict[str, str]]:
+def entry_files(kernel: JitKernel, key: Any, target: str, verified: bool = True) -> dict[str, dict[str, str]]:
     """Every cache file that loading ``key`` reads, by entry folder: the binary's entry
-    and its host C modules (launcher, ``cuda_utils``, the direct launch's). Raises ``LookupError`` naming what
-    is missing or damaged."""
+    and its host C modules (launcher, ``cuda_utils``, the direct launch's), each checked
+    as a serving process checks it: whole and (``verified``) matching the trusted lock.
+    ``verified=False`` is for the warmup that locks its own cache. Raises ``LookupError``
+    naming the file and what is wrong with it."""
     location = entry_location(kernel, key, target)
     if location is None:
         return {}
-    state = lookup_entry(location.folder, location.group_name, verified=False)
+    state = lookup_entry(location.folder, location.group_name, verified)
     if not state.usable:
         raise LookupError(state.problem)
-    files = {location.folder: {name: path for name, path in state.files.items()}}
+    files = {location.folder: dict(state.files)}
     with open(state.files[location.group_name]) as file:
         metadata = json.load(file)
     if metadata.get("target", {}).get("backend") == "cuda":
         for c_source, name in ((launcher_source(location.source, metadata.get("tensordesc_meta")), "__triton_launcher"),
                                (cuda_utils_source(), "cuda_utils"), (c_launch.SOURCE, c_launch.NAME)):
             folder, filename = host_module_entry(c_source, name)
-            path = next((os.path.join(root, folder, filename) for root in read_roots()
-                         if os.path.exists(os.path.join(root, folder, filename))), None)
+            path, problem = lookup_file(folder, filename, verified)
             if path is None:
-                raise LookupError(f"its host module {filename} ({folder}) is not in the cache")
+                raise LookupError(f"its host module {filename} ({folder}) is not in the cache" if problem == MISSING
+                                  else f"its host module in {folder}: {problem}")
             files[folder] = {filename: path}
     return files
 
@@ -441,5 +435,5 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_files", "entry_state", "tasks_for",
+__all__ = ["CompileOutcome", "CompileTask", "compile_task", "compile_tasks", "entry_files", "tasks_for",
            "default_jobs", "COMPILED", "CACHED", "FAILED"]

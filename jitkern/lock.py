@@ -80,15 +80,15 @@ def signed(data: bytes, signature: str, key: str) -> bool:
     return bool(key) and hmac.compare_digest(sign(data, key).encode(), signature.encode(errors="replace"))
 
 
-def mismatch(expected: Mapping[str, str], files: Mapping[str, bytes]) -> str | None:
-    """Why ``files`` (name -> bytes) are not exactly the locked files, else None."""
+def mismatch(expected: Mapping[str, str], files: Mapping[str, bytes], lock: str = "the lock") -> str | None:
+    """Why ``files`` (name -> bytes) are not exactly the files ``lock`` locks, else None."""
     for name in sorted(set(expected) | set(files)):
         if name not in files:
             return f"{name} is locked but missing"
         if name not in expected:
-            return f"{name} is not in the lock"
+            return f"{name} is not in {lock}"
         if digest(files[name]) != expected[name]:
-            return f"{name} does not match the lock (sha256 {digest(files[name])[:12]}…, locked {expected[name][:12]}…)"
+            return f"{name} does not match {lock} (sha256 {digest(files[name])[:12]}…, locked {expected[name][:12]}…)"
     return None
 
 

@@ -23,23 +23,28 @@ from jitkern.remote import RedisStore, UnreadableRemoteKey
 class LockResult:
     lock: Lock
     unlocked: list[str]  # "kernel[key] for target: why" for keys the cache cannot serve
+    paths: dict[str, dict[str, str]]  # entry folder -> {file name: the path locked}
 
 
-def build_lock(tasks: list[Any]) -> LockResult:
-    """The lock of ``tasks`` (``CompileTask``) from the caches as they are now."""
+def build_lock(tasks: list[Any], verified: bool = False) -> LockResult:
+    """The lock of ``tasks`` (``CompileTask``) from the caches as they are now: of every
+    file each key loads, whole and, when ``verified``, matching the trusted lock
+    (``entry_files``); the warmup locking its own cache checks them whole only."""
     keys: dict[str, list[str]] = {}
     entries: dict[str, dict[str, str]] = {}
+    locked: dict[str, dict[str, str]] = {}
     unlocked = []
     for task in tasks:
         try:
-            files = entry_files(registry.get_kernel(task.kernel_name), task.key, task.target)
+            files = entry_files(registry.get_kernel(task.kernel_name), task.key, task.target, verified)
         except LookupError as error:
             unlocked.append(f"{task.describe()}: {error}")
             continue
         keys[task.describe()] = sorted(files)
         for folder, paths in files.items():
             entries[folder] = {name: digest(_read(path)) for name, path in sorted(paths.items())}
-    return LockResult(Lock(keys, dict(sorted(entries.items()))), unlocked)
+            locked[folder] = dict(sorted(paths.items()))
+    return LockResult(Lock(keys, dict(sorted(entries.items()))), unlocked, locked)
 
 
 def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:

@@ -22,12 +22,13 @@ import json
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from jitkern.cache import CacheEntryUnusable, refusing_compiles, wheel_roots
-from jitkern.compile import CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_state, tasks_for
+from jitkern.cache import CacheEntryUnusable, DamagedCacheEntry, own_lock_shows_damage, refusing_compiles, wheel_roots
+from jitkern.compile import CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_files, tasks_for
 from jitkern.identity import compiler_identity, describe_identity, foreign_maker, record_identity, recorded_identities
 from jitkern.kernel import key_fields, key_name
 from jitkern.report import format_notes, format_table, report, summarise
@@ -116,21 +117,33 @@ class CheckResult:
 
 
 def run_check(plan: Plan, progress: bool = True) -> CheckResult:
-    """Check every key's entry is whole and usable by this compiler; compiles nothing."""
+    """Check that every file each key loads (its binary's entry, its host modules) is whole,
+    matches the trusted lock, and the cache's own lock where it lists it; compiles nothing."""
     from jitkern import registry
 
     tasks = plan.tasks()
     unusable: dict[str, list[str]] = {target: [] for target in plan.targets}
     bar = _progress_bar(len(tasks), "checking", progress)
-    for task in tasks:
-        state = entry_state(registry.get_kernel(task.kernel_name), task.key, task.target)
-        if not state.usable:
-            unusable[task.target].append(f"{task.describe()}: {state.problem}")
-        bar.update(1)
+    with _checking_every_file():
+        for task in tasks:
+            try:
+                entry_files(registry.get_kernel(task.kernel_name), task.key, task.target)
+            except LookupError as error:
+                unusable[task.target].append(f"{task.describe()}: {error}")
+            bar.update(1)
     bar.close()
     foreign = [line for target, entries in plan.by_target.items()
                if (line := foreign_cache_line(target, len(unusable[target]), len(entries))) is not None]
     return CheckResult(len(tasks), [line for lines in unusable.values() for line in lines], foreign)
+
+
+@contextlib.contextmanager
+def _checking_every_file() -> Iterator[None]:
+    """Files checked as a serving process checks them, and against the cache's own lock
+    (``own_lock_shows_damage``); each problem is printed once, by key, not warned too."""
+    with own_lock_shows_damage(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DamagedCacheEntry)
+        yield
 
 
 def foreign_cache_line(target: str, recompiles: int, total: int) -> str | None:
@@ -566,14 +579,21 @@ def _pack(argv: list[str]) -> int:
         os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
         plan, _note = resolve(args.manifests, args.target)
-        locked = build_lock(plan.tasks())
-        if locked.unlocked:
-            raise PackError(f"{len(locked.unlocked)} of {len(plan.tasks())} keys are not in the cache "
-                            f"(run python -m jitkern.warmup first): {locked.unlocked[0]}")
-        path = pack(locked.lock, plan_deployment(plan), plan.targets[0], args.out)
-    except (ManifestError, ValueError, PackError) as error:
+    except (ManifestError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    with _checking_every_file():  # packed only as a serving process would load them
+        locked = build_lock(plan.tasks(), verified=True)
+    if locked.unlocked:
+        print(f"error: {len(locked.unlocked)} of {len(plan.tasks())} keys cannot be packed (run python -m "
+              "jitkern.warmup to compile what is missing or damaged); no wheel was written:", file=sys.stderr)
+        print("\n".join(f"  {line}" for line in locked.unlocked), file=sys.stderr)
+        return 1
+    try:
+        path = pack(locked.lock, locked.paths, plan_deployment(plan), plan.targets[0], args.out)
+    except (OSError, PackError) as error:
+        print(f"error: {error}; no wheel was written", file=sys.stderr)
+        return 1
     print(f"{path}: {len(locked.lock.keys)} keys, {os.path.getsize(path) / 1e6:.2f} MB")
     return 0
 

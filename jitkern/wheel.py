@@ -14,6 +14,7 @@ valid for that Triton build), and built deterministically with the stdlib ``zipf
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -25,7 +26,7 @@ from importlib import metadata
 
 from jitkern.cache import WHEEL_DATA, WHEEL_ENTRY_POINTS, read_roots
 from jitkern.identity import IDENTITY_FILE, compiler_identity, recorded_identities
-from jitkern.lock import LOCK_FILE, Lock
+from jitkern.lock import LOCK_FILE, Lock, mismatch
 
 VERSION = "1.0.0"
 MAX_BYTES = 1 << 30  # zip64 works, but a deployment's cache this large means a manifest went wrong
@@ -62,19 +63,23 @@ def compressed_tag(tags: list[str]) -> str:
     return "-".join(".".join(values) for values in parts)
 
 
-def pack(lock: Lock, deployment: str, target: str, out_dir: str) -> str:
-    """Write the wheel of ``lock``'s entries for ``target`` into ``out_dir``; its path."""
+def pack(lock: Lock, paths: dict[str, dict[str, str]], deployment: str, target: str, out_dir: str) -> str:
+    """Write the wheel of ``lock``'s entries for ``target`` into ``out_dir``; its path.
+    ``paths``: each entry's files as they were checked (``build_lock``); their bytes must
+    still be the locked ones."""
     package = distribution_name(deployment)
     tags = triton_wheel_tags()
     files: dict[str, bytes] = {f"{package}/__init__.py": f'"""Warmed Triton cache of {deployment} (data only)."""\n'.encode()}
     data = f"{package}/{WHEEL_DATA}"
     for folder, locked in lock.entries.items():
-        root = next((r for r in read_roots() if os.path.isdir(os.path.join(r, folder))), None)
-        if root is None:
-            raise PackError(f"{lock.owner(folder)}: entry {folder} is not in the cache")
+        contents = {}
         for name in locked:
-            with open(os.path.join(root, folder, name), "rb") as file:
-                files[f"{data}/{folder}/{name}"] = file.read()
+            with open(paths[folder][name], "rb") as file:
+                contents[name] = file.read()
+        problem = mismatch(locked, contents)
+        if problem is not None:
+            raise PackError(f"{lock.owner(folder)}: {problem} (the cache changed while it was packed)")
+        files.update({f"{data}/{folder}/{name}": content for name, content in contents.items()})
         groups = [name for name in locked if name.endswith(".json") and len(locked) > 1]
         for group in groups:  # children beside the group file; jitkern.cache reads them there
             files[f"{data}/{folder}/__grp__{group}"] = json.dumps({"child_paths": {n: n for n in sorted(locked)}}).encode()
@@ -106,9 +111,14 @@ def pack(lock: Lock, deployment: str, target: str, out_dir: str) -> str:
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, files[name])
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "wb") as file:
-        file.write(buffer.getvalue())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as file:
+            file.write(buffer.getvalue())
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)  # nothing half-written is left behind
+        raise
     return path
 
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import random
 import re
 import subprocess
 import sys
@@ -166,6 +167,101 @@ def test_an_unreadable_redis_entry_is_refused_alone_and_republishing_repairs_dam
         assert "published to" in again.stdout and ": 3 entries written" in again.stdout, again.stdout + again.stderr
         check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
         assert check.returncode == 0 and "all 3 keys in redis://" in check.stdout, check.stdout + check.stderr
+# --- the lock and the CLI's checks ------------------------------------------------------------
+
+
+def warmed_and_locked(tmp_path):
+    """A 3-key cache warmed by the CLI (which locks it): manifest, cache, lock, its digest."""
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    cache = tmp_path / "cache"
+    run = warmup(manifest, "--target", "cuda:90", cache_dir=cache)
+    assert run.returncode == 0, run.stderr
+    data = (cache / LOCK_FILE).read_bytes()
+    return manifest, cache, Lock.from_bytes(data, "lock"), hashlib.sha256(data).hexdigest()
+
+
+def flip_a_byte(path: Path) -> None:
+    """One byte changed past the ELF header: the file still reads as a whole ELF file."""
+    data = bytearray(path.read_bytes())
+    data[random.randrange(64, len(data))] ^= 1 << random.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:random.randrange(1, path.stat().st_size // 2)])
+
+
+def host_module(cache: Path, lock: Lock, prefix: str) -> Path:
+    """One of the host C modules the lock lists whose file name starts with ``prefix``."""
+    return random.choice([cache / folder / name for folder, files in sorted(lock.entries.items()) for name in files
+                          if name.startswith(prefix)])
+
+
+def keys_loading(lock: Lock, folder: str) -> list[str]:
+    return sorted(key for key, folders in lock.keys.items() if folder in folders)
+
+
+@pytest.mark.parametrize("module", ["__triton_launcher", "cuda_utils", "jitkern_launch"])
+def test_check_verifies_every_host_module_a_key_loads(tmp_path, module):
+    manifest, cache, lock, lock_digest = warmed_and_locked(tmp_path)
+    path = host_module(cache, lock, module)
+    original = path.read_bytes()
+    pinned = dict(os.environ, JITKERN_LOCK_DIGEST=lock_digest)
+    for damage, problem, environment in [(flip_a_byte, "does not match the lock", pinned),
+                                         (truncate, "is truncated or not an ELF file", os.environ),
+                                         (Path.unlink, "is not in the cache", os.environ)]:
+        damage(path)
+        check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache, env=environment)
+        lines = sorted(line.strip() for line in check.stdout.splitlines() if line.startswith("  "))
+        expected = keys_loading(lock, path.parent.name)
+        assert check.returncode == 1 and [line.partition(": ")[0] for line in lines] == expected, check.stdout
+        assert all(path.parent.name in line and path.name in line and problem in line for line in lines), lines
+        path.write_bytes(original)
+    assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache, env=pinned).returncode == 0
+    path.unlink()  # as in a cache made before the module existed: a warmup adds it (and locks it anew)
+    assert warmup(manifest, "--target", "cuda:90", cache_dir=cache).returncode == 0
+    assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache).returncode == 0
+
+
+@pytest.mark.parametrize("victim", ["cubin", "launcher"])
+def test_pack_refuses_what_the_trusted_lock_refuses_and_writes_no_wheel(tmp_path, victim):
+    manifest, cache, lock, lock_digest = warmed_and_locked(tmp_path)
+    if victim == "cubin":
+        folder = binary_entry(lock, random.choice(sorted(lock.keys)))
+        (path,) = (cache / folder).glob("*.cubin")
+    else:
+        path = host_module(cache, lock, "__triton_launcher")
+    flip_a_byte(path)
+    dist = tmp_path / "dist"
+    pack = subprocess.run([sys.executable, "-m", "jitkern.warmup", "pack", str(manifest), "--target", "cuda:90",
+                           "--cache-dir", str(cache), "--out", str(dist)], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, JITKERN_LOCK_DIGEST=lock_digest))
+    refused = sorted(line.strip().partition(": ")[0] for line in pack.stderr.splitlines() if line.startswith("  "))
+    assert pack.returncode == 1 and refused == keys_loading(lock, path.parent.name), pack.stderr
+    assert f"{path.name} does not match the lock" in pack.stderr and "no wheel was written" in pack.stderr
+    assert not dist.exists() or not list(dist.iterdir())
+
+
+@pytest.mark.parametrize("victim", ["cubin", "launcher"])
+def test_a_warmup_replaces_a_file_its_own_lock_shows_changed_instead_of_locking_it(tmp_path, victim):
+    """With no lock pinned the cache's own lock authenticates nothing, but it shows damage."""
+    manifest, cache, lock, lock_digest = warmed_and_locked(tmp_path)
+    key = random.choice(sorted(lock.keys))
+    if victim == "cubin":
+        (path,) = (cache / binary_entry(lock, key)).glob("*.cubin")
+    else:
+        path = host_module(cache, lock, "__triton_launcher")
+    flip_a_byte(path)
+    check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache)
+    assert check.returncode == 1 and f"{path.name} does not match the cache's {LOCK_FILE}" in check.stdout
+
+    rerun = warmup(manifest, "--target", "cuda:90", cache_dir=cache)
+    assert rerun.returncode == 0, rerun.stderr
+    replaced = [line for line in rerun.stderr.splitlines() if line.startswith("replaced a damaged entry of")]
+    assert replaced and all(f"{path.name} does not match the cache's {LOCK_FILE}" in line for line in replaced)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == lock.entries[path.parent.name][path.name]
+    assert hashlib.sha256((cache / LOCK_FILE).read_bytes()).hexdigest() == lock_digest
+    assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache).returncode == 0
 
 
 # --- cache wheels ---------------------------------------------------------------------------
