@@ -17,11 +17,17 @@ class UnknownKernel(KeyError):
 
 
 def register(cls: type["JitKernel"]) -> None:
-    """Called for every kernel class that sets ``name``; names are unique."""
+    """Called for every kernel class that sets ``name``; names are unique. A class of the
+    same module and qualified name replaces its namesake (a reloaded module); any other
+    class is refused, as it would silently take the other's launches and warmups."""
     existing = _kernel_classes.get(cls.name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
-        raise ValueError(f"kernel name {cls.name!r} is taken by {existing.__module__}.{existing.__qualname__}")
+    if existing is not None and _where(existing) != _where(cls):
+        raise ValueError(f"kernel name {cls.name!r} of {_where(cls)} is taken by {_where(existing)}")
     _kernel_classes[cls.name] = cls
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def import_modules(modules: list[str]) -> None:

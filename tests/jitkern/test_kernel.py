@@ -125,3 +125,29 @@ def test_a_kernels_triton_cache_key_does_not_depend_on_what_was_hashed_before():
         settle_cache_key(decode)
         assert decode.cache_key == settled
     assert raw_keys[0] != raw_keys[1], "Triton no longer depends on the order: settle_cache_key may go"
+
+
+def test_a_kernel_name_is_refused_to_a_class_of_another_module_and_kept_on_reload():
+    """A copied module whose class keeps its name would silently take the original's
+    launches and warmups; a module reloaded defines the same class again, which is fine."""
+    for _reload in range(2):
+        class Reloaded(JitKernel):
+            name = "tests.reloaded"
+
+            @dataclass(frozen=True)
+            class CompileKey:
+                a: int
+
+    assert registry.get_kernel("tests.reloaded") is Reloaded()
+    with pytest.raises(ValueError, match=r"kernel name 'tests.reloaded' of copied_module\..*Reloaded is taken by "
+                                         rf"{__name__}\..*Reloaded"):
+        class Copy(JitKernel):
+            __module__ = "copied_module"
+            __qualname__ = Reloaded.__qualname__
+            name = "tests.reloaded"
+
+            @dataclass(frozen=True)
+            class CompileKey:
+                a: int
+
+    assert registry.get_kernel("tests.reloaded") is Reloaded()
