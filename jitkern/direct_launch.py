@@ -316,7 +316,9 @@ def layout_picker_recipe(jit_function: Any, candidates: list[dict[str, Any]]) ->
         if hasattr(value, "data_ptr") and not param.do_not_specialize_on_alignment:
             classes[param.name] = "value.data_ptr() & 15 == 0"
         elif type(value) is int:
-            classes[param.name] = in_i32 if param.do_not_specialize else f"(value == 1, value & 15 == 0, {in_i32})"
+            classes[param.name] = (in_i32 if param.do_not_specialize else
+                                   f"(value == 1, {in_i32})" if param.do_not_specialize_on_alignment else
+                                   f"(value == 1, value & 15 == 0, {in_i32})")
     telling = [name for name, expression in classes.items()
                if len({eval(expression, {"value": kwargs[name]}) for kwargs in candidates}) > 1]  # noqa: S307
     reads = [f"value = kwargs[{name!r}]\n    c{i} = {classes[name]}" for i, name in enumerate(telling)]

@@ -204,9 +204,12 @@ _LARGE_INT_CLASSES = ("i64/16", "i64")
 
 def int_classes(param: Any, large: bool) -> tuple[str, ...]:
     """The specialisations an integer argument takes over all values (below 2**31 unless
-    ``large``): ``do_not_specialize`` leaves only the type."""
+    ``large``): ``do_not_specialize`` leaves only the type; ``do_not_specialize_on_alignment``
+    the type and 1 (Triton's specialiser then never marks a multiple of 16)."""
     if param.do_not_specialize:
         return ("i32", "i64") if large else ("i32",)
+    if param.do_not_specialize_on_alignment:
+        return ("1", "i32", "i64") if large else ("1", "i32")
     return _INT_CLASSES + (_LARGE_INT_CLASSES if large else ())
 
 

@@ -1,0 +1,88 @@
+"""The layouts jitkern derives are those Triton's specialiser gives, for each way a
+``@triton.jit`` function marks an argument."""
+
+import random
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.backends.nvidia.compiler import CUDABackend
+from triton.runtime.jit import native_specialize_impl
+
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher
+from jitkern.specialisation import _text, int_classes
+
+_EDGES = [0, 1, 2, 15, 16, 17, 32, 2**31 - 16, 2**31 - 1]
+_LARGE_EDGES = [2**31, 2**31 + 16, 2**32 + 1, 2**40]
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize("specialize, align", [(True, True), (True, False), (False, True), (False, False)])
+def test_an_integer_takes_the_classes_triton_gives_its_values(specialize, align, large):
+    values = _EDGES + (_LARGE_EDGES if large else []) + [random.randrange(2**40 if large else 2**31)
+                                                         for _ in range(50)]
+    given = {_text(*native_specialize_impl(CUDABackend, value, False, specialize, align)) for value in values}
+    param = SimpleNamespace(do_not_specialize=not specialize, do_not_specialize_on_alignment=not align)
+    assert set(int_classes(param, large)) == given
+
+
+@triton.jit(do_not_specialize_on_alignment=["offset"])
+def _offset_kernel(X, offset, BLOCK: tl.constexpr):
+    tl.store(X + offset + tl.arange(0, BLOCK), 0.0)
+
+
+class OffsetKernel(TritonJitKernel["OffsetKernel.CompileKey"]):
+    kernel = _offset_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+
+    def dispatch(self, *, block):
+        return self.CompileKey(block)
+
+    def get_warmup_keys(self, *, block: int = 16):
+        return [self.dispatch(block=block)]
+
+    def warmup_inputs(self, key):
+        return dict(x=TritonWarmupTensor(torch.float32, shape=(64,)), offset=3, block=key.block)
+
+    def constants(self, key):
+        return dict(BLOCK=key.block)
+
+    @kernel_launcher
+    def __call__(self, x, offset, block):
+        return LaunchSpec((1,), dict(X=x, offset=offset), self.dispatch(block=block))
+
+
+def test_an_integer_not_specialised_on_alignment_is_warmed_in_the_classes_it_takes():
+    """Triton marks no multiple of 16 of such an integer, only 1: a layout ``offset:i32/16``
+    would be a binary no launch looks up, and its stand-ins would not specialise as named."""
+    kernel = OffsetKernel()
+    binaries = kernel.binary_keys(kernel.get_warmup_keys())
+    assert {binary.layout for binary in binaries} == {"", "offset:1"}
+    for binary in binaries:
+        kernel.compile(binary)  # under the interpreter: builds its stand-ins, checks them with Triton
+    x = TritonWarmupTensor(torch.float32, shape=(64,))
+    for offset in [0, 1, 16, 17, random.randrange(2**31)]:
+        assert kernel.binary_key(kernel.launch_spec(x, offset, 16)) in binaries
+
+
+@pytest.mark.compiled
+@pytest.mark.usefixtures("dry_run_gpu")
+def test_each_class_of_such_an_integer_launches_directly(monkeypatch):
+    """The layout picker tells the binaries apart by the classes Triton gives, so a launch
+    of 16 after one of 1 takes the ``i32`` binary directly, not Triton's path."""
+    kernel = OffsetKernel()
+    kernel.forget_binaries()
+    for binary in kernel.binary_keys(kernel.get_warmup_keys()):
+        kernel.compile(binary)
+    runs, run = [], kernel.kernel.run
+    monkeypatch.setattr(kernel.kernel, "run", lambda *args, **kwargs: runs.append(kwargs) or run(*args, **kwargs))
+    x = torch.zeros(64)
+    for offset in [1, 16, 1, 17, 1, random.randrange(2**31)]:
+        kernel(x, offset, 16)
+    assert runs == []
