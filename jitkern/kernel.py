@@ -254,6 +254,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if misplaced:
             raise TypeError(f"{self.name}: the LaunchSpec passes {sorted(misplaced)}; constexprs and launch "
                             f"options come from constants(key)")
+        unknown = spec.kwargs.keys() - self._runtime_names
+        if unknown:  # Triton would take a launch option for its own, and the direct launch ignores the rest
+            raise TypeError(f"{self.name}: the LaunchSpec passes {sorted(unknown)}, not runtime parameters of "
+                            f"{self.kernel.__name__} (those are {', '.join(self._runtime_names)})")
         return {**spec.kwargs, **constants}
 
     # --- layouts ------------------------------------------------------------------------
@@ -419,6 +423,11 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             return frozenset(param.name for param in params if param.is_constexpr)
         parameters = inspect.signature(self.kernel.fn).parameters  # the interpreter's functions have no params
         return frozenset(name for name, param in parameters.items() if "constexpr" in str(param.annotation))
+
+    @functools.cached_property
+    def _runtime_names(self) -> tuple[str, ...]:
+        """The parameters of ``kernel`` a ``LaunchSpec`` passes, in their order."""
+        return tuple(name for name in self.kernel.arg_names if name not in self._constexpr_names)
 
     def _direct_launch_of(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
         """The key's direct launch, remembered by the key's id once the key has a binary."""

@@ -151,3 +151,20 @@ def test_a_kernel_name_is_refused_to_a_class_of_another_module_and_kept_on_reloa
                 a: int
 
     assert registry.get_kernel("tests.reloaded") is Reloaded()
+
+
+def test_a_launch_spec_passing_what_is_no_runtime_parameter_is_refused():
+    """A launch option (``num_warps``) or a misspelt argument in a LaunchSpec is no argument
+    of the binary: the direct launch would run the key's binary without it. Refused where a
+    constexpr is, on Triton's path (warmup's too), naming it and the kernel's parameters."""
+    import dataclasses
+
+    x = torch.randn(100)
+    spec = AxpyKernel().launch_spec(x, x, torch.empty_like(x), 1.0)
+    n = spec.kwargs["n_elements"]
+    for kwargs, passed in (({**spec.kwargs, "num_warps": 8}, "num_warps"),
+                           ({**{k: v for k, v in spec.kwargs.items() if k != "n_elements"}, "N": n}, "N")):
+        with pytest.raises(TypeError, match=rf"jitkern.example.axpy: the LaunchSpec passes \['{passed}'\], not "
+                                            r"runtime parameters of _axpy_kernel \(those are X_ptr, Y_ptr, Out_ptr, "
+                                            r"alpha, n_elements\)"):
+            AxpyKernel().launch(dataclasses.replace(spec, kwargs=kwargs))
