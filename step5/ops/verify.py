@@ -186,6 +186,8 @@ def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, rin
                          f"got {query_start_loc.shape[0]}")
     if requests and tokens % requests:
         raise ValueError(f"slots: {tokens} tokens are not the same number for each of {requests} requests")
+    if not requests and tokens:  # nothing would launch: the tokens would be dropped
+        raise ValueError(f"slots: {tokens} tokens, but seq_lens has no requests")
     if requests and tokens == 0:
         raise ValueError(f"key: no tokens for {requests} requests")
     check_mean(mean)

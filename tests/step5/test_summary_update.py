@@ -339,6 +339,17 @@ def test_update_verify_rejects_a_ring_smaller_than_7_plus_k():
                              query_start_loc=torch.tensor([0, 3, 6, 8], dtype=I32)))
 
 
+def test_update_verify_refuses_tokens_of_no_request():
+    """With no requests nothing launches: tokens there would be dropped without a word."""
+    tokens = random.randint(1, 12)
+    args = dict(_decode_args(tokens=tokens, capacity=10), query_start_loc=torch.zeros(1, dtype=I32),
+                seq_lens=torch.zeros(0, dtype=I32))
+    del args["positions"]
+    with pytest.raises(ValueError, match=f"^slots: {tokens} tokens, but seq_lens has no requests"):
+        update_verify(**args)
+    update_verify(**dict(args, **{name: args[name][:0] for name in ("key", "z", "slots", "ring_base")}))  # an empty step
+
+
 def test_prefill_functions_reject_wrong_inputs():
     args = _decode_args(tokens=8)
     slots, positions = args["slots"], args["positions"]
