@@ -15,6 +15,7 @@ from deepseek_v4.common import (
     check_float_tensor,
     check_index_tensor,
     check_same_device,
+    check_strides_below_i32,
     dtype_name,
     layout_of,
 )
@@ -60,7 +61,7 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
     if max_position is not None:
         check_int("max_position", max_position, minimum=0)
     check_float_tensor("state_cache", state_cache, 3)
-    check_float_tensor("out", out, 2)
+    check_float_tensor("out", out, 2, written=True)
     check_index_tensor("positions", positions, _INDEX_DTYPES)
     check_index_tensor("req_indices", req_indices, _INDEX_DTYPES)
     if not isinstance(block_table, torch.Tensor):
@@ -72,6 +73,7 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
         )
     if block_table.shape[1] > 1 and block_table.stride(1) != 1:
         raise ValueError(f"block_table: rows must be contiguous, got strides {block_table.stride()}")
+    check_strides_below_i32("block_table", block_table)
     device = check_same_device(
         state_cache=state_cache, block_table=block_table, positions=positions, req_indices=req_indices, out=out
     )

@@ -83,7 +83,10 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     unknown = set(pdl_kwargs) - {"launch_pdl"}
     if unknown:
         raise ValueError(f"pdl_kwargs: unknown options {sorted(unknown)}; only 'launch_pdl' is accepted")
-    return bool(pdl_kwargs.get("launch_pdl", False)) and _supports_pdl(device)
+    launch_pdl = pdl_kwargs.get("launch_pdl", False)
+    if not isinstance(launch_pdl, bool):  # bool("no") is True: a string would ask for PDL
+        raise ValueError(f"pdl_kwargs: launch_pdl must be True or False, got {launch_pdl!r}")
+    return launch_pdl and _supports_pdl(device)
 
 
 def _supports_pdl(device: torch.device) -> bool:
@@ -111,8 +114,10 @@ def check_index_tensor(name: str, tensor: torch.Tensor, allowed: tuple[torch.dty
         )
 
 
-def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
-    """A float32 tensor of ``dim`` dimensions whose last dimension is contiguous."""
+def check_float_tensor(name: str, tensor: torch.Tensor, dim: int, written: bool = False) -> None:
+    """A float32 tensor of ``dim`` dimensions whose last dimension is contiguous, its strides
+    below 2**31 (the kernels keep them i32: their binaries take no larger one); one the
+    kernel writes (``written``) with rows apart in memory."""
     _check_tensor(name, tensor)
     if tensor.dtype != FLOAT_DTYPE:
         raise ValueError(f"{name}: dtype must be float32, got {dtype_name(tensor.dtype)}")
@@ -120,6 +125,30 @@ def check_float_tensor(name: str, tensor: torch.Tensor, dim: int) -> None:
         raise ValueError(f"{name}: must have {dim} dimensions, got shape {tuple(tensor.shape)}")
     if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
         raise ValueError(f"{name}: last dimension must be contiguous, got strides {tensor.stride()}")
+    check_strides_below_i32(name, tensor)
+    if written:
+        _check_rows_apart(name, tensor)
+
+
+def check_strides_below_i32(name: str, tensor: torch.Tensor) -> None:
+    """The kernels keep integers i32 (``large_ints`` False): a larger stride needs an i64 binary."""
+    if max(tensor.stride(), default=0) >= 2**31:
+        raise ValueError(f"{name}: strides {tuple(tensor.stride())} must be below 2**31")
+
+
+def _check_rows_apart(name: str, tensor: torch.Tensor) -> None:
+    """The rows of a tensor a kernel writes (one per index of the dims before the last, whose
+    stride is 1) lie apart in memory. Overlapping rows (an expanded tensor's stride 0, a
+    stride shorter than a row) would take the writes of several programs, which race."""
+    if tensor.numel() == 0:
+        return
+    reach = tensor.shape[-1]  # elements the dims sorted so far span
+    for stride, size in sorted((stride, size) for stride, size in zip(tensor.stride()[:-1], tensor.shape[:-1])
+                               if size > 1):
+        if stride < reach:
+            raise ValueError(f"{name}: rows overlap in memory (strides {tuple(tensor.stride())} for shape "
+                             f"{tuple(tensor.shape)}); the kernel writes each row")
+        reach += stride * (size - 1)
 
 
 def _check_tensor(name: str, tensor: Any) -> None:

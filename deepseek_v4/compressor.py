@@ -457,8 +457,9 @@ def compress_windows(
     ``state_cache``: float32 ``[blocks, block_size, >= 2W]`` as ``save_partial_states``
     wrote it (``W = 2 * head_dim`` at ratio 4, ``head_dim`` at ratio 128);
     ``block_table``: int32 ``[requests, max_blocks]``; ``positions``, ``req_indices``:
-    int32 or int64 ``[tokens]``; ``out``: float32 ``[tokens, >= head_dim]``. Rows of
-    tokens that close no window are left untouched. Runs after this step's store.
+    int32 or int64 ``[tokens]``; ``out``: float32 ``[tokens, >= head_dim]``, its rows apart
+    in memory. Every stride is below 2**31: the binaries keep them i32. Rows of tokens
+    that close no window are left untouched. Runs after this step's store.
 
     A block table too short for a position needs the positions' values. On the CPU they
     are checked; on a GPU reading them would synchronise, so instead pass
@@ -467,6 +468,7 @@ def compress_windows(
     """
     device = check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim,
                                     block_size, max_position)
+    launch_pdl = resolve_pdl(pdl_kwargs, device)
     tokens = positions.shape[0]
     if tokens:
         CompressWindowsKernel()(
@@ -478,7 +480,7 @@ def compress_windows(
             compress_ratio,
             head_dim,
             block_size,
-            launch_pdl=resolve_pdl(pdl_kwargs, device),
+            launch_pdl=launch_pdl,
         )
     return out
 

@@ -412,12 +412,13 @@ def decode_step(
                          f"(head_dim={head_dim}, ratio {compress_ratio})")
     if kv.shape[1] != width:
         raise ValueError(f"kv: width {kv.shape[1]}, expected W = {width}: the fused store writes whole state halves")
+    launch_pdl = resolve_pdl(pdl_kwargs, device)
     tokens = positions.shape[0]
     if device.type == "cpu" and tokens:
         _check_no_row_is_shared(positions, slot_mapping, block_table, req_indices, compress_ratio, block_size)
     if tokens:
         DecodeStepKernel()(kv, score, ape, positions, state_cache, slot_mapping, block_table, req_indices, out,
-                           compress_ratio, head_dim, block_size, launch_pdl=resolve_pdl(pdl_kwargs, device))
+                           compress_ratio, head_dim, block_size, launch_pdl=launch_pdl)
     return out
 
 

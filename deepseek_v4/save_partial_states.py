@@ -297,8 +297,9 @@ def save_partial_states(
     ``kv``, ``score``: float32 ``[tokens, H]`` (row strides free: views of one projection
     are fine); ``ape``: float32 ``[compress_ratio, >= H]``; ``positions``,
     ``slot_mapping``: int32 or int64 ``[tokens]``, slot -1 = padding; ``state_cache``:
-    float32 ``[blocks, block_size, >= state_width + H]``, dims 0 and 1 may be strided.
-    ``pdl_kwargs``: ``{"launch_pdl": True}`` launches with programmatic dependent launch
+    float32 ``[blocks, block_size, >= state_width + H]``, dims 0 and 1 may be strided (its
+    rows apart in memory). Every stride is below 2**31: the binaries keep them i32.
+    ``pdl_kwargs``: ``{"launch_pdl": True}`` (a bool) launches with programmatic dependent launch
     where the GPU supports it (sm_90+), and is ignored elsewhere.
 
     Everything checkable from shapes and dtypes is checked before the launch, without
@@ -307,6 +308,7 @@ def save_partial_states(
     """
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
+    launch_pdl = resolve_pdl(pdl_kwargs, device)
     if kv.shape[0]:
         SavePartialStatesKernel()(
             kv,
@@ -318,7 +320,7 @@ def save_partial_states(
             block_size,
             state_width,
             compress_ratio,
-            launch_pdl=resolve_pdl(pdl_kwargs, device),
+            launch_pdl=launch_pdl,
         )
 
 
@@ -329,7 +331,7 @@ def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mappi
     check_float_tensor("kv", kv, 2)
     check_float_tensor("score", score, 2)
     check_float_tensor("ape", ape, 2)
-    check_float_tensor("state_cache", state_cache, 3)
+    check_float_tensor("state_cache", state_cache, 3, written=True)
     check_index_tensor("positions", positions, _INDEX_DTYPES)
     check_index_tensor("slot_mapping", slot_mapping, _INDEX_DTYPES)
     device = check_same_device(

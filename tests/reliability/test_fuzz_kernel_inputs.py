@@ -109,6 +109,20 @@ def padded(tensor: torch.Tensor, dim: int, extra: int) -> torch.Tensor:
     return view
 
 
+def huge_stride(tensor: torch.Tensor, dim: int, excess: int) -> torch.Tensor:
+    """A slice of ``tensor`` one wide in dim ``dim``, with a stride there of ``2**31 + excess``:
+    a valid view (a dim of size 1 is never stepped over) that would need i64 binaries."""
+    one = tensor.narrow(dim, 0, 1)
+    strides = list(one.stride())
+    strides[dim] = 2**31 + excess
+    return one.as_strided(one.shape, strides)
+
+
+def overlapping_rows(tensor: torch.Tensor, dim: int) -> torch.Tensor:
+    """``tensor`` with every index of dim ``dim`` on the same memory (an expanded tensor, stride 0)."""
+    return tensor.narrow(dim, 0, 1).expand(tensor.shape)
+
+
 def fewer_dims(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.flatten(0, 1) if tensor.dim() >= 2 else torch.zeros((), dtype=tensor.dtype, device=tensor.device)
 
@@ -161,12 +175,24 @@ def index_mutations(name: str, args: dict, *, counted: bool = True, strided_ok: 
     return mutations
 
 
-def float_mutations(name: str, args: dict) -> list[Mutation]:
-    """A float32 tensor of a fixed rank whose last dim must be contiguous (others may be strided)."""
-    mutations = tensor_mutations(name, (torch.float32,))
+def float_mutations(name: str, args: dict, written: bool = False) -> list[Mutation]:
+    """A float32 tensor of a fixed rank whose last dim must be contiguous (others may be
+    strided, below 2**31); one the kernel writes (``written``) with rows apart in memory."""
+    mutations = tensor_mutations(name, (torch.float32,)) + stride_mutations(name, args)
     if args[name].shape[-1] > 1:
         mutations.append(Mutation(name, "last dim strided", lambda draw, a: spread(a[name], -1)))
+    for dim, size in enumerate(args[name].shape[:-1]):
+        if written and size > 1:
+            mutations.append(Mutation(name, f"rows overlapping in dim {dim}",
+                                      lambda draw, a, dim=dim: overlapping_rows(a[name], dim)))
     return mutations
+
+
+def stride_mutations(name: str, args: dict) -> list[Mutation]:
+    """A stride of 2**31 or more in a dim before the last (the kernels' integers are i32)."""
+    return [Mutation(name, f"dim {dim} stride of 2**31 or more",
+                     lambda draw, a, dim=dim: huge_stride(a[name], dim, draw(st.integers(0, 2**31))))
+            for dim, size in enumerate(args[name].shape[:-1]) if size]
 
 
 def scalar_mutations(name: str, what: str, values: list, strict: bool = True) -> list[Mutation]:
@@ -703,6 +729,13 @@ PDL_KWARGS = st.sampled_from([None, {}, {"launch_pdl": True}, {"launch_pdl": Fal
 WRONG_PDL_KWARGS = [{"launch_pdll": True}, {"launch_pdl": True, "other": 1}, 5, [1], "launch_pdl"]
 
 
+def pdl_mutations() -> list[Mutation]:
+    """Not a dict of launch_pdl alone; or its value not a bool (bool("no") would ask for PDL), each tried."""
+    return [*scalar_mutations("pdl_kwargs", "not {'launch_pdl': bool}", WRONG_PDL_KWARGS),
+            *(Mutation("pdl_kwargs", f"launch_pdl={value!r}", lambda draw, a, value=value: {"launch_pdl": value})
+              for value in ("no", 1, None))]
+
+
 @st.composite
 def save_args(draw) -> dict:
     ratio = draw(st.sampled_from(sorted(LAYOUTS)))
@@ -744,7 +777,7 @@ def save_mutations(args: dict) -> list[Mutation]:
         Mutation("ape", "narrower than kv", lambda draw, a: resized(a["ape"], 1, draw(st.integers(0, head_size - 1)))),
         *index_mutations("positions", args),
         *index_mutations("slot_mapping", args),
-        *float_mutations("state_cache", args),
+        *float_mutations("state_cache", args, written=True),
         Mutation("state_cache", "dim 1 not block_size",
                  lambda draw, a: resized(a["state_cache"], 1, draw(other_than(block_size, 0, 10)))),
         Mutation("state_cache", "rows narrower than state_width + H",
@@ -758,7 +791,7 @@ def save_mutations(args: dict) -> list[Mutation]:
         Mutation("state_width", "too wide for the cache's rows",
                  lambda draw, a: draw(st.integers(row - head_size + 1, row + 5)), strict=False),
         *scalar_mutations("compress_ratio", "not 4 or 128", [8, 2, 0, float(ratio), str(ratio), None, True]),
-        *scalar_mutations("pdl_kwargs", "not {'launch_pdl': bool}", WRONG_PDL_KWARGS),
+        *pdl_mutations(),
     ]
 
 
@@ -810,9 +843,10 @@ def compress_mutations(args: dict) -> list[Mutation]:
         Mutation("state_cache", "rows narrower than 2W",
                  lambda draw, a: resized(a["state_cache"], 2, draw(st.integers(0, 2 * width - 1)))),
         *tensor_mutations("block_table", (torch.int32,)),
+        *stride_mutations("block_table", args),
         *index_mutations("positions", args, length_strict=False),  # positions sets the token count
         *index_mutations("req_indices", args),
-        *float_mutations("out", args),
+        *float_mutations("out", args, written=True),
         Mutation("out", "not one row per token", lambda draw, a: resized(a["out"], 0, draw(other_than(tokens, 0, 11)))),
         Mutation("out", "narrower than head_dim", lambda draw, a: resized(a["out"], 1, draw(st.integers(0, head_dim - 1)))),
         *scalar_mutations("compress_ratio", "not 4 or 128", [8, 2, 0, 4.0, "4", None, True]),
@@ -821,7 +855,7 @@ def compress_mutations(args: dict) -> list[Mutation]:
         *scalar_mutations("block_size", "not a positive int", [0, -2, True, float(block_size), None]),
         Mutation("block_size", "not the cache's dim 1", lambda draw, a: draw(other_than(block_size, 1, 10)),
                  strict=False),
-        *scalar_mutations("pdl_kwargs", "not {'launch_pdl': bool}", WRONG_PDL_KWARGS),
+        *pdl_mutations(),
         *scalar_mutations("max_position", "negative or not an int", [-1, -100, 10.0, "10", True]),
         Mutation("max_position", "beyond the block table",
                  lambda draw, a: draw(st.integers(max_blocks * block_size, max_blocks * block_size + 50)),
