@@ -359,9 +359,10 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         )
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        """A dense cache ``[blocks, block_size, 2W]``, ``out`` ``[tokens, head_dim]`` (16-byte
-        aligned rows when 4 * head_dim is), and a block table whose rows hold ``max_blocks``
-        entries, which varies with the deployment's context length."""
+        """A dense cache ``[blocks, block_size, 2W]``, ``out`` ``[tokens, head_dim]`` as allocated
+        (16-byte aligned: Triton specialises on where a tensor starts, not on where its rows
+        do), and a block table whose rows hold ``max_blocks`` entries, which varies with the
+        deployment's context length."""
         dtype = getattr(torch, key.dtype)
         width = layout_of(key.compress_ratio).state_width(key.head_dim)
         return dict(
@@ -369,7 +370,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
-            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim), aligned=(4 * key.head_dim) % 16 == 0),
+            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
             compress_ratio=key.compress_ratio,
             head_dim=key.head_dim,
             block_size=key.block_size,

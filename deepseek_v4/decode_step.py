@@ -278,8 +278,9 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         """The store's and the compressor's usual layouts: ``kv`` and ``score`` views of one
-        ``[tokens, 2W]`` projection, a dense cache, ``out`` ``[tokens, head_dim]``, a block
-        table whose rows hold ``max_blocks`` entries (varying with the context length)."""
+        ``[tokens, 2W]`` projection, a dense cache, ``out`` ``[tokens, head_dim]`` as allocated
+        (aligned), a block table whose rows hold ``max_blocks`` entries (varying with the
+        context length)."""
         dtype = getattr(torch, key.dtype)
         width = layout_of(key.compress_ratio).state_width(key.head_dim)
         return dict(
@@ -291,7 +292,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
             block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
             req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
-            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim), aligned=(4 * key.head_dim) % 16 == 0),
+            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
             compress_ratio=key.compress_ratio,
             head_dim=key.head_dim,
             block_size=key.block_size,
@@ -395,7 +396,9 @@ def decode_step(
 
     The arguments are those two functions', checked by their checks (the same errors),
     and ``kv`` must be as wide as a state half (``W = state_width``, as the compressor
-    reads it). Padding tokens (slot -1) store nothing; like ``compress_windows``, which
+    reads it). As for the store, a ``score`` allocated on its own (not at column W of one
+    ``[tokens, 2W]`` projection) needs ``"unaligned": ["score"]`` in the manifest's layout
+    when W % 4 != 0. Padding tokens (slot -1) store nothing; like ``compress_windows``, which
     never reads slots, they still write ``out[token]`` when their position closes a window.
 
     The result equals the two launches' only if no token stores a row that another

@@ -295,7 +295,10 @@ def save_partial_states(
     """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``.
 
     ``kv``, ``score``: float32 ``[tokens, H]`` (row strides free: views of one projection
-    are fine); ``ape``: float32 ``[compress_ratio, >= H]``; ``positions``,
+    are fine). A manifest with no layout warms them as views of one ``[tokens, 2H]``
+    projection, ``score`` at column H: a ``score`` allocated on its own starts 16-byte
+    aligned where that view does not when H % 4 != 0, so it needs
+    ``"unaligned": ["score"]`` in the manifest's layout. ``ape``: float32 ``[compress_ratio, >= H]``; ``positions``,
     ``slot_mapping``: int32 or int64 ``[tokens]``, slot -1 = padding; ``state_cache``:
     float32 ``[blocks, block_size, >= state_width + H]``, dims 0 and 1 may be strided (its
     rows apart in memory). Every stride is below 2**31: the binaries keep them i32.

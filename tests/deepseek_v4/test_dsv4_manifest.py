@@ -12,7 +12,9 @@ import time
 import pytest
 from dsv4_helpers import MANIFESTS, manifest_keys
 
+from deepseek_v4.common import LAYOUTS
 from jitkern.registry import get_kernel
+from jitkern.testing import check_coverage
 
 
 def test_manifests_exist_and_cover_every_kernel_head_dim_and_ratio():
@@ -145,3 +147,19 @@ def test_serving_launches_hit_binaries_the_manifest_builds(target, shared_caches
     with compile_only(parse_target(target)):
         uncovered = testing.uncovered_by_warmup(launches, {n: list(k) for n, k in manifest_keys().items()})
     assert not uncovered, "launches no manifest binary serves:\n  " + "\n  ".join(uncovered)
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("ratio", [4, 128])
+@pytest.mark.parametrize("head_dim", [38, 50])
+def test_a_head_dim_not_a_multiple_of_4_warms_what_fresh_tensors_look_up(head_dim, ratio):
+    """``out``'s rows of 4 * head_dim bytes are then not 16-byte multiples, but Triton
+    specialises on where ``out`` starts, and a fresh one starts aligned: a deployment that
+    declares no layout warms it aligned. ``score`` is the store's view at column W of one
+    projection, unaligned when W % 4 != 0; one allocated on its own needs
+    ``"unaligned": ["score"]`` (the public functions' docs say so)."""
+    config = dict(head_dim=head_dim, compress_ratio=ratio, index_dtypes=["int32"])
+    own_score = {"unaligned": ["score"]} if LAYOUTS[ratio].state_width(head_dim) % 4 else {}
+    for name, layout in (("deepseek_v4.compress_windows", {}), ("deepseek_v4.decode_step", own_score),
+                         ("deepseek_v4.save_partial_states", own_score)):
+        assert check_coverage(get_kernel(name), config, layout, max_examples=40) > 0, name
