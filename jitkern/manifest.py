@@ -135,6 +135,7 @@ def load_manifest(path: str | Path) -> LoadedManifest:
         _import_module(f"{path}: modules[{index}]", module)
     entries, combinations = [], 0
     shared = manifest.layout or LayoutDomain()
+    _check_dimension_names(f"{path}: layout", shared)
     for index, kernel_entry in enumerate(manifest.kernels):
         entries.append(_resolve(path, index, kernel_entry, shared, budget=MAX_COMBINATIONS - combinations))
         combinations += _combinations(entries[-1].config)
@@ -209,6 +210,7 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
         raise ManifestError(f"{where}: give exactly one of 'config' (for get_warmup_keys) or 'keys'")
     if entry.keys is not None and entry.layout is not None:
         raise ManifestError(f"{where}.layout: explicit keys carry their own layout; give 'layout' with 'config'")
+    _check_dimension_names(f"{where}.layout", entry.layout or LayoutDomain())
     if entry.keys is not None:
         keys = [_explicit_key(path, index, position, kernel, values) for position, values in enumerate(entry.keys)]
         return ResolvedEntry(index, kernel, None, tuple(keys))
@@ -230,7 +232,8 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
     if not keys:
         raise ManifestError(f"{where}.config: {entry.kernel} enumerates no keys for this config")
     try:
-        layout = _kernel_layout(where, kernel, keys[0], entry.layout or LayoutDomain(), shared)
+        layout = _kernel_layout(path, index, kernel, _tensor_dims(kernel, keys), entry.layout or LayoutDomain(),
+                                shared)
         binaries = kernel.binary_keys(keys, layout)
     except ManifestError:
         raise
@@ -242,22 +245,38 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
     return ResolvedEntry(index, kernel, config, tuple(binaries))
 
 
-def _kernel_layout(where: str, kernel: JitKernel, key: Any, own: LayoutDomain, shared: LayoutDomain) -> Layout:
+def _tensor_dims(kernel: JitKernel, keys: Any) -> dict[str, int]:
+    """The tensors a layout may name, over all ``keys`` (an optional tensor is in some keys
+    only), each with the dimensions it has in every key that has it."""
+    dims: dict[str, int] = {}
+    for key in keys:
+        for tensor, ndim in kernel.tensor_dims(key).items():
+            dims[tensor] = min(ndim, dims.get(tensor, ndim))
+    return dims
+
+
+def _kernel_layout(path: Path, index: int, kernel: JitKernel, tensors: dict[str, int], own: LayoutDomain,
+                   shared: LayoutDomain) -> Layout:
     """The kernel's layout domain: its entry's, with the manifest's for the tensors it has.
-    A name the entry gives must be a tensor of the kernel that its public function
-    accepts so laid out; one name the manifest gives, of any kernel that has it."""
-    tensors = kernel.tensor_dims(key)
+    A name the entry gives must be a tensor of the kernel (of ``tensors``: its keys' tensors
+    and their dimensions) that its public function accepts so laid out; one the manifest
+    gives, of any kernel, and of the dimensions each kernel that has the tensor has."""
+    where = f"{path}: kernels[{index}]"
     chosen: dict[str, set[str]] = {"unaligned": set(), "strided": set()}
-    for field, names in (("unaligned", own.unaligned), ("strided", own.strided)):
-        for position, name in enumerate(names):
-            tensor, dim = _layout_name(name, field)
-            if tensor not in tensors or (dim is not None and dim >= tensors[tensor]):
-                known = ", ".join(sorted(tensors)) or "none"
-                raise ManifestError(f"{where}.layout.{field}[{position}]: {kernel.name} has no tensor {name!r} "
-                                    f"(its tensors: {known})")
-            chosen[field].add(name)
-    for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
-        chosen[field].update(name for name in names if _layout_name(name, field)[0] in tensors)
+    for at, domain, manifests in ((f"{where}.layout", own, False), (f"{path}: layout", shared, True)):
+        for field in chosen:
+            for position, name in enumerate(getattr(domain, field)):
+                tensor, dim = _layout_name(name, field)
+                if tensor not in tensors and manifests:
+                    continue  # another kernel's (_check_shared_layout)
+                if tensor not in tensors:
+                    known = ", ".join(sorted(tensors)) or "none"
+                    raise ManifestError(f"{at}.{field}[{position}]: {kernel.name} has no tensor {name!r} "
+                                        f"(its tensors: {known})")
+                if dim is not None and dim >= tensors[tensor]:
+                    raise ManifestError(f"{at}.{field}[{position}]: {name!r}: {tensor!r} of {kernel.name} "
+                                        f"(kernels[{index}]) has {tensors[tensor]} dimensions, no dimension {dim}")
+                chosen[field].add(name)
     for field, names in chosen.items():
         for name in sorted(names):
             refusal = _refusal(kernel, field, name)
@@ -282,16 +301,29 @@ def _refusal(kernel: JitKernel, field: str, name: str) -> str:
 def _layout_name(name: str, field: str) -> tuple[str, int | None]:
     """``"z"`` -> ("z", None); ``"z.0"`` -> ("z", 0) where a dimension may be named (strides)."""
     tensor, dot, dim = name.partition(".")
-    if dot and field == "strided" and dim.isdigit():
+    if dot and field == "strided" and _DIGITS.fullmatch(dim):
         return tensor, int(dim)
     return name, None
+
+
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _check_dimension_names(where: str, domain: LayoutDomain) -> None:
+    """A dimension is named one way, ``z.0``: the layout matches names as written, so
+    ``z.00`` would match no stride."""
+    for position, name in enumerate(domain.strided):
+        tensor, dim = _layout_name(name, "strided")
+        if dim is not None and name != f"{tensor}.{dim}":
+            raise ManifestError(f"{where}.strided[{position}]: {name!r} names dimension {dim} of {tensor!r}; "
+                                f"write {tensor}.{dim}")
 
 
 def _check_shared_layout(path: Path, shared: LayoutDomain, entries: list[ResolvedEntry]) -> None:
     """Each tensor the manifest's layout names is a tensor of one of its kernels at least."""
     tensors = set()
     for entry in entries:
-        tensors |= set(entry.kernel.tensor_dims(entry.keys[0].key))
+        tensors |= set(_tensor_dims(entry.kernel, dict.fromkeys(binary.key for binary in entry.keys)))
     for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
         for position, name in enumerate(names):
             if _layout_name(name, field)[0] not in tensors:

@@ -3,10 +3,15 @@
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+import triton
+import triton.language as tl
 
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher
 from jitkern.manifest import ManifestError, json_schema, load_manifest, manifest_keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +91,22 @@ BAD_MANIFESTS = {
     "layout of a dimension the tensor lacks": (
         lambda: example(kernels=[{"kernel": "jitkern.example.axpy", "config": {"dtypes": ["float32"]},
                                   "layout": {"strided": ["x.1"]}}]),
-        r"kernels\[0\]\.layout\.strided\[0\]: jitkern.example.axpy has no tensor 'x\.1'",
+        r"kernels\[0\]\.layout\.strided\[0\]: 'x\.1': 'x' of jitkern.example.axpy \(kernels\[0\]\) has 1 "
+        r"dimensions, no dimension 1",
+    ),
+    "manifest layout of a dimension a kernel's tensor lacks": (
+        lambda: example(layout={"strided": ["x.1"]}),
+        r"layout\.strided\[0\]: 'x\.1': 'x' of jitkern.example.axpy \(kernels\[0\]\) has 1 dimensions, "
+        r"no dimension 1",
+    ),
+    "a dimension not written as its number": (
+        lambda: example(kernels=[{"kernel": "jitkern.example.axpy", "config": {"dtypes": ["float32"]},
+                                  "layout": {"strided": ["x.00"]}}]),
+        r"kernels\[0\]\.layout\.strided\[0\]: 'x\.00' names dimension 0 of 'x'; write x\.0",
+    ),
+    "a manifest layout's dimension not written as its number": (
+        lambda: example(layout={"strided": ["x", "y.01"]}),
+        r": layout\.strided\[1\]: 'y\.01' names dimension 1 of 'y'; write y\.1",
     ),
     "unknown layout field": (
         lambda: example(layout={"misaligned": ["x"]}), r"layout\.misaligned: Extra inputs are not permitted",
@@ -136,3 +156,54 @@ def test_schema_command_prints_the_json_schema():
     schema = json.loads(run.stdout)
     assert schema == json_schema()
     assert set(schema["required"]) >= {"format_version", "name", "targets", "kernels"}
+
+
+@triton.jit
+def _shift_kernel(X, Bias, n, HAS_BIAS: tl.constexpr):
+    pass  # never launched: a manifest builds stand-ins only
+
+
+class ShiftKernel(TritonJitKernel["ShiftKernel.CompileKey"]):
+    """A kernel with an optional tensor: ``bias`` is a tensor of some keys only."""
+
+    name = "test.shift"
+    kernel = _shift_kernel
+    pinned_by_key = frozenset({"n"})  # one size: only bias's layout varies
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        has_bias: bool
+
+    def dispatch(self, *, has_bias):
+        return self.CompileKey(has_bias)
+
+    def get_warmup_keys(self, *, has_bias: list[bool]):
+        return [self.dispatch(has_bias=value) for value in has_bias]
+
+    def warmup_inputs(self, key):
+        x = TritonWarmupTensor(torch.float32, shape=(16,))
+        return dict(x=x, bias=x if key.has_bias else None)
+
+    def constants(self, key):
+        return dict(HAS_BIAS=key.has_bias)
+
+    @kernel_launcher
+    def __call__(self, x, bias):
+        return LaunchSpec((1,), dict(X=x, Bias=bias, n=x.numel()), self.dispatch(has_bias=bias is not None))
+
+
+@pytest.mark.parametrize("has_bias", [[False, True], [True, False]], ids=["without-first", "with-first"])
+@pytest.mark.parametrize("where", ["kernel", "manifest"])
+def test_a_layout_may_name_a_tensor_some_keys_lack(tmp_path, has_bias, where):
+    """Layout names are checked against the tensors of every key, not the first key's."""
+    entry = {"kernel": ShiftKernel.name, "config": {"has_bias": has_bias}}
+    layout = {"unaligned": ["bias"], "strided": ["bias.0"]}
+    document = {"format_version": 1, "name": "optional", "targets": ["cuda:90"],
+                "kernels": [{**entry, "layout": layout}] if where == "kernel" else [entry],
+                **({"layout": layout} if where == "manifest" else {})}
+    binaries = manifest_keys(load_manifest(write(tmp_path, document)))[ShiftKernel.name]
+    assert {binary.layout for binary in binaries if binary.key.has_bias} == {"", "Bias:*fp32"}
+    assert {binary.layout for binary in binaries if not binary.key.has_bias} == {""}
+    layout["strided"] = ["bias.1"]
+    with pytest.raises(ManifestError, match=r"'bias\.1': 'bias' of test\.shift \(kernels\[0\]\) has 1 dimensions"):
+        load_manifest(write(tmp_path, document))
