@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
 from jitkern.call_plan import public_call
 from jitkern import cdiv, kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
@@ -424,14 +424,14 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             grid=_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(
                 State_ptr=state_cache,
-                state_block_stride=state_cache.stride(0),
-                state_row_stride=state_cache.stride(1),
+                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
+                state_row_stride=launch_stride(state_cache, 1),
                 BlockTable_ptr=block_table,
-                block_table_row_stride=block_table.stride(0),
+                block_table_row_stride=launch_stride(block_table, 0),
                 Positions_ptr=positions,
                 ReqIdx_ptr=req_indices,
                 Out_ptr=out,
-                out_row_stride=out.stride(0),
+                out_row_stride=launch_stride(out, 0),  # one token: any stride
                 n_tokens=tokens,
                 n_chunks=n_chunks,
             ),

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys, launch_stride
 from jitkern.call_plan import public_call
 from deepseek_v4._compressor_host import check_compress_windows
 from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling, decode_tiling
@@ -286,7 +286,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         return dict(
             kv=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1)),
             score=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1), aligned=(4 * width) % 16 == 0),
-            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, width)),
+            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, width), varying=()),  # one row a ratio
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
             slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
@@ -359,13 +359,13 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
                 Positions_ptr=positions,
                 Slot_ptr=slot_mapping,
                 State_ptr=state_cache,
-                state_block_stride=state_cache.stride(0),
-                state_row_stride=state_cache.stride(1),
+                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
+                state_row_stride=launch_stride(state_cache, 1),
                 BlockTable_ptr=block_table,
-                block_table_row_stride=block_table.stride(0),
+                block_table_row_stride=launch_stride(block_table, 0),
                 ReqIdx_ptr=req_indices,
                 Out_ptr=out,
-                out_row_stride=out.stride(0),
+                out_row_stride=launch_stride(out, 0),
                 n_tokens=tokens,
                 n_chunks=n_chunks,
             ),

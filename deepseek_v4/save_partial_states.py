@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
 from jitkern.call_plan import public_call
 from jitkern import cdiv, kernel_launcher, keys, next_power_of_2
 from jitkern.validation import check_int
@@ -208,7 +208,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         return dict(
             kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1)),
             score=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1), aligned=(4 * h) % 16 == 0),
-            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, h)),
+            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, h), varying=()),  # one row a ratio
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, key.state_width + h)),
             slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
@@ -269,8 +269,8 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
                 ape_row_stride=ape.stride(0),
                 Positions_ptr=positions,
                 State_ptr=state_cache,
-                state_block_stride=state_cache.stride(0),
-                state_row_stride=state_cache.stride(1),
+                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
+                state_row_stride=launch_stride(state_cache, 1),
                 Slot_ptr=slot_mapping,
                 n_tokens=tokens,
             ),

@@ -13,7 +13,7 @@ from jitkern.kernel import (
     key_name,
 )
 from jitkern.specialisation import BinaryKey, Layout
-from jitkern.warmup_inputs import TritonWarmupTensor
+from jitkern.warmup_inputs import TritonWarmupTensor, launch_stride
 
 from jitkern import cache as _cache
 from jitkern import guard as _guard
@@ -41,4 +41,5 @@ __all__ = [
     "key_fields",
     "key_name",
     "keys",
+    "launch_stride",
 ]

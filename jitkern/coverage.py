@@ -14,7 +14,10 @@ config, each tensor of the key's stand-ins is drawn on its own:
   at any multiple of 16 bytes;
 - its strides, where the layout lists them as ``strided``, from 0, 1, 15, 16, 17, odd,
   even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
-  contiguous if its stand-in is, or as its stand-in;
+  contiguous if its stand-in is, or as its stand-in. A contiguous tensor's dimension of
+  size 1 takes any stride: ``torch.Tensor.is_contiguous`` ignores it (a one-row slice
+  of a wider tensor is contiguous), so a public function checking contiguity lets it
+  by (``jitkern.launch_stride`` is how a launcher passes it);
 - the size of every dimension its stand-in declares ``varying``: 0, 1, 15, 16, 17,
   others, up to the kernel's ``size_limit``, and up to 2**31 - 1 elements in all
   (beyond with ``large_ints``).
@@ -150,6 +153,9 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limi
     stride_values = st.sampled_from(_BOUNDARY_STRIDES + (_LARGE if large else [])) | st.integers(0, limit - 1)
     for dim in plan.strided_dims:
         strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim})")
+    for dim in range(len(shape)) if plan.contiguous else ():  # torch calls a tensor contiguous whatever
+        if shape[dim] == 1 and dim not in plan.strided_dims:  # the stride of a dimension of size 1
+            strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim}) of size 1")
     assume(all(stride < limit for stride in strides))
     element = stand_in.dtype.itemsize
     offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else 0

@@ -7,7 +7,7 @@ read, and no memory. ``jitkern.specialisation`` varies them per layout.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -119,3 +119,23 @@ def contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
         strides.append(step)
         step *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def launch_stride(tensor: Any, dim: int) -> int:
+    """The stride a launcher passes for ``dim``: ``tensor.stride(dim)``, but for a dimension
+    of size 1, or a tensor of no elements, the stride a dense layout of the later
+    dimensions gives.
+
+    Any stride addresses a dimension of size 1 alike (and no element at all), and torch
+    calls such a tensor contiguous whatever the stride is (a one-row slice of a wider
+    tensor is contiguous), so a public function checking contiguity lets any value by.
+    Passed as it is, it would pick a binary by a value that means nothing
+    (``jitkern.coverage`` draws such strides); normalised, the launch takes its
+    stand-in's binary. A named stand-in's stride is kept as it is: jitkern traces it to
+    the runtime argument it becomes, to warm the classes its layout gives it."""
+    dim %= tensor.dim()
+    stride = tensor.stride(dim)
+    if isinstance(stride, TracedStride) or tensor.shape[dim] != 1 and tensor.numel():
+        return stride
+    return 1 if dim == tensor.dim() - 1 else launch_stride(tensor, dim + 1) * max(tensor.shape[dim + 1], 1)
+

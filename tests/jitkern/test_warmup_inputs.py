@@ -3,7 +3,7 @@ import torch
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
-from jitkern import TritonWarmupTensor
+from jitkern import TritonWarmupTensor, launch_stride
 from jitkern.specialisation import representative
 
 
@@ -43,3 +43,18 @@ def test_a_named_stand_in_s_strides_say_whose_they_are():
     z = TritonWarmupTensor(torch.bfloat16, shape=(3, 1, 256), strides=(768, 256, 1)).named("z")
     assert z.stride(0) == 768 and (z.stride(0).tensor, z.stride(0).dim) == ("z", 0)
     assert z.stride(-1).dim == 2 and z.stride() == (768, 256, 1)
+
+
+@pytest.mark.parametrize("rows, width, wide", [(1, 8, 16), (1, 8, 11), (3, 8, 11), (1, 1, 5), (0, 8, 16)])
+def test_a_launch_stride_of_a_dimension_of_size_1_is_the_dense_one(rows, width, wide):
+    """A one-row slice of a wider tensor is contiguous to torch, whatever its row stride:
+    the launch passes the stride a dense tensor of those rows has; other sizes keep theirs."""
+    sliced = torch.randn(rows + 2, wide)[1:1 + rows, :width]
+    dense = torch.randn(rows, width)
+    assert sliced.is_contiguous() == (rows <= 1 or width == wide)
+    expected = dense.stride(0) if rows <= 1 else sliced.stride(0)
+    assert launch_stride(sliced, 0) == expected and launch_stride(sliced, -1) == 1
+    blocks = torch.randn(4, 1, 6)[2:3]  # a one-block cache of one-row blocks
+    assert launch_stride(blocks, 0) == 6 and launch_stride(blocks, 1) == 6
+    stand_in = TritonWarmupTensor(torch.float32, shape=(1, 4, 10), strides=(999, 10, 1))
+    assert launch_stride(stand_in, 0) == 40
