@@ -62,14 +62,15 @@ def install_from_environment() -> None:
 def describe_miss(fn: Any) -> tuple[str, dict[str, Any] | None]:
     """What missed, in words, and the manifest entry that would have covered it. When the
     process holds binaries of the launch's key, but none of its layout, the words say
-    which argument differs and how."""
+    which argument differs and how; else which fields of the key differ from the nearest
+    key it holds."""
     kernel, spec = active_launch.kernel, active_launch.spec
     if kernel is None or spec is None:
         name = getattr(fn, "name", None) or repr(fn)
         return f"Triton kernel {name} (not launched through a jitkern kernel)", None
     binary = kernel.binary_key(spec)
     warmed = kernel.warmed_layouts(spec.key)
-    why = f" ({kernel.explain_miss(binary, warmed)})" if warmed else ""
+    why = f" ({kernel.explain_miss(binary, warmed) if warmed else kernel.explain_unwarmed_key(spec.key, kernel.warmed_keys())})"
     return f"{kernel.describe(binary)}{why}", {"kernel": kernel.name, "keys": [key_fields(binary)]}
 
 

@@ -16,7 +16,7 @@ import inspect
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Generic, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
 
 from jitkern import registry, settings, targets
 from jitkern.call_plan import forget_plans, _recording
@@ -312,11 +312,29 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """The layouts of ``key`` whose binaries this process holds."""
         return list(self._binaries.get(key, ()))
 
+    def warmed_keys(self) -> list[CompileKeyT]:
+        """The compile keys this process holds binaries of."""
+        return list(self._binaries)
+
     def explain_miss(self, binary: BinaryKey, warmed_layouts: list[str]) -> str:
         """Why ``binary`` is none of the ``warmed_layouts`` of its key, argument by argument."""
         kwargs, base = self.stand_ins(binary.key)
         full = lambda layout: {**base, **parse_layout(layout)}  # noqa: E731
         return explain_miss(full(binary.layout), [full(layout) for layout in warmed_layouts], origins(kwargs))
+
+    @staticmethod
+    def explain_unwarmed_key(key: Any, warmed_keys: Iterable[Any]) -> str:
+        """Why no binary of compile key ``key`` was warmed, in the fields that tell it from
+        the nearest of ``warmed_keys`` (the fewest differ), so the manifest's config to
+        change is named, not left to compare key by key."""
+        fields = key_fields(key)
+        others = [key_fields(other) for other in warmed_keys]
+        if not others:
+            return "its compile key was not warmed (no key of this kernel was)"
+        differing = lambda other: [name for name in fields if other.get(name) != fields[name]]  # noqa: E731
+        nearest = min(others, key=lambda other: len(differing(other)))
+        parts = ", ".join(f"{name} {fields[name]!r} (warmed: {nearest.get(name)!r})" for name in differing(nearest))
+        return f"its compile key was not warmed; the nearest warmed key differs in {parts}"
 
     # --- launching ----------------------------------------------------------------------
 

@@ -90,7 +90,8 @@ def missing_from(launches, keys_by_kernel: dict[str, list[BinaryKey]]) -> list[s
 def _describe_miss(kernel: TritonJitKernel, binary: BinaryKey, warmed: Any) -> str:
     """The binary, and why it is not among the ``warmed`` binary keys."""
     layouts = [key.layout for key in warmed if key.key == binary.key]
-    why = kernel.explain_miss(binary, layouts) if layouts else "its compile key was not warmed"
+    why = (kernel.explain_miss(binary, layouts) if layouts
+           else kernel.explain_unwarmed_key(binary.key, dict.fromkeys(key.key for key in warmed)))
     return f"{kernel.describe(binary)}: {why}"
 
 

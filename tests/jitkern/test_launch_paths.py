@@ -46,6 +46,20 @@ def test_a_warmup_narrower_than_the_launches_is_caught_naming_the_argument():
                for line in uncovered)
 
 
+def test_a_compile_key_not_warmed_is_told_from_the_nearest_warmed_key():
+    """The fields to change in the manifest's config are named, not left to compare."""
+    import random
+
+    block_sizes = random.sample([128, 256, 512, 2048], 2)
+    warmed = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=block_sizes))
+    with record_launches(dry_run=True) as launches:
+        axpy(torch.randn(300, dtype=torch.bfloat16), torch.randn(300, dtype=torch.bfloat16), 0.5)  # block 1024
+        axpy(torch.randn(30, dtype=torch.float16), torch.randn(30, dtype=torch.float16), 0.5)
+    bf16_1024, fp16_1024 = uncovered_by_warmup(launches, {KERNEL.name: warmed})
+    assert f"the nearest warmed key differs in block_size 1024 (warmed: {block_sizes[0]})" in bf16_1024
+    assert "dtype 'float16' (warmed: 'float32'), block_size 1024" in fp16_1024
+
+
 def test_assert_no_compile_passes_after_warmup_and_names_a_miss():
     x, y = torch.randn(1000), torch.randn(1000)
     KERNEL.compile(KERNEL.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
