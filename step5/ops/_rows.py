@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from jitkern import TritonWarmupTensor
+from jitkern import TritonWarmupTensor, launch_stride
 from step5.ops._validate import check_mean
 
 _INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
@@ -27,6 +27,22 @@ FIXED_STRIDES = frozenset({"ring", "mean.1", "mean.2", "slots", "ring_base", "ri
 def _row_stand_ins():
     """Stand-in key and z: contiguous bf16 ``[tokens, 1, 256]`` rows."""
     return TritonWarmupTensor(torch.bfloat16, (16, 1, 256)), TritonWarmupTensor(torch.bfloat16, (16, 1, 256))
+
+
+def stride_kwargs(key=None, z=None, positions=None, mean=None) -> dict[str, int]:
+    """The strides a launch passes for the tensors given, each leading one as
+    ``jitkern.launch_stride`` gives it: a step of one token, or a cache of one block,
+    passes the stride a dense tensor of its rows has (torch's contiguity ignores the
+    stride of a dimension of size 1), so it takes the binary of its stand-in."""
+    strides = {}
+    for name, rows in (("key", key), ("z", z)):
+        if rows is not None:
+            strides.update({f"{name}_stride0": launch_stride(rows, 0), f"{name}_stride2": rows.stride(2)})
+    if positions is not None:
+        strides["positions_stride"] = launch_stride(positions, 0)
+    if mean is not None:
+        strides["mean_stride0"] = launch_stride(mean, 0)
+    return strides
 
 
 def _mean_stand_in(block_size: int):

@@ -24,7 +24,7 @@ from step5.ops._rows import (
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_stand_ins,
+    _row_stand_ins, stride_kwargs,
 )
 from step5.ops._summary_math import (
     _loads_issued,
@@ -135,8 +135,8 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
             grid=(slots.shape[0],),
             kwargs=dict(
                 Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
-                key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
-                positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
+                **stride_kwargs(key=key, z=z,
+                                positions=positions, mean=mean),
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,

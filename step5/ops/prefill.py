@@ -27,7 +27,7 @@ from step5.ops._rows import (
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_stand_ins,
+    _row_stand_ins, stride_kwargs,
 )
 from step5.ops._summary_math import (_loads_issued, _region_row, _row_pointers, _store_summary, _summarize_region,
                                      target_paths)
@@ -281,8 +281,8 @@ class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
             grid=(n_groups,),
             kwargs=dict(
                 Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
-                key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
-                positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
+                **stride_kwargs(key=key, z=z,
+                                positions=positions, mean=mean),
             ),
             key=self.dispatch(
                 positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, block_size=block_size,
@@ -352,7 +352,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
             grid=(requests,),
             kwargs=dict(
                 Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
-                key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0), z_stride2=z.stride(2),
+                **stride_kwargs(key=key, z=z),
                 n_groups=n_groups,
             ),
             key=self.dispatch(ring_slots_dtype=ring_slots.dtype),

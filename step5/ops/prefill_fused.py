@@ -42,7 +42,7 @@ from step5.ops._rows import (
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_stand_ins,
+    _row_stand_ins, stride_kwargs,
 )
 from step5.ops._summary_math import (_loads_issued, _max_combine, _region_row, _row_pointers, _store_summary,
                                      _summarize_region, target_paths)
@@ -200,7 +200,7 @@ class BuildFilledPrefillGroupsKernel(TritonJitKernel["BuildFilledPrefillGroupsKe
             grid=(triton.cdiv(n_groups, _ROWS),),  # n_groups >= requests: every request row is owned too
             kwargs=dict(
                 Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
-                n_tokens=n_tokens, n_groups=n_groups, n_requests=requests, positions_stride=positions.stride(0),
+                n_tokens=n_tokens, n_groups=n_groups, n_requests=requests, **stride_kwargs(positions=positions),
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, positions_dtype=positions.dtype, owners_dtype=owners.dtype,
@@ -393,8 +393,8 @@ class PrefillUpdateKernel(TritonJitKernel["PrefillUpdateKernel.CompileKey"]):
             grid=(requests + n_groups,),
             kwargs=dict(
                 Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, RingSlots=ring_slots,
-                Mean=mean, Ring=ring, key_stride0=key.stride(0), key_stride2=key.stride(2), z_stride0=z.stride(0),
-                z_stride2=z.stride(2), positions_stride=positions.stride(0), mean_stride0=mean.stride(0),
+                Mean=mean, Ring=ring,
+                **stride_kwargs(key=key, z=z, positions=positions, mean=mean),
                 n_groups=n_groups, n_requests=requests,
             ),
             key=self.dispatch(

@@ -20,7 +20,7 @@ from step5.ops._rows import (
     _mean_stand_in,
     _NUM_WARPS,
     _ring_stand_in,
-    _row_stand_ins,
+    _row_stand_ins, stride_kwargs,
 )
 from step5.ops._summary_math import (
     _loads_issued,
@@ -159,8 +159,8 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
             grid=(requests,),
             kwargs=dict(
                 Key=key, Z=z, Slots=slots, QueryStartLoc=query_start_loc, SeqLens=seq_lens, RingBase=ring_base,
-                Mean=mean, Ring=ring, key_stride0=key.stride(0), key_stride2=key.stride(2),
-                z_stride0=z.stride(0), z_stride2=z.stride(2), n_tokens=slots.shape[0], mean_stride0=mean.stride(0),
+                Mean=mean, Ring=ring, n_tokens=slots.shape[0],
+                **stride_kwargs(key=key, z=z, mean=mean),
             ),
             key=self.dispatch(
                 slots_dtype=slots.dtype, query_start_loc_dtype=query_start_loc.dtype, seq_lens_dtype=seq_lens.dtype,

@@ -239,7 +239,8 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
     with record_launches() as second:
         launch_samples.drive_all("cpu")
     launched = {kernel.name for kernel, _ in first}
-    assert launched >= {name for name in registry.kernel_names() if not name.startswith("jitkern.")}, launched
+    shipped = {name for name in registry.kernel_names() if name.partition(".")[0] in ("step5", "deepseek_v4")}
+    assert launched >= shipped, launched  # every shipped kernel (the registry also holds the tests' own)
     for kernel, spec in second:
         direct = kernel.direct_launch(spec)
         binaries = kernel.kernel.device_caches["compile-only:cuda:90"][0]
