@@ -43,7 +43,7 @@ SOURCE = r"""
 enum { NAMES, CODES, EXTRAS, CLASSES, DATA_PTR, ON_GPU, RUN, HEAD, RUNTIME };
 enum { SMALL = 64 };
 
-static PyObject *dtype_name, *is_cuda_name;
+static PyObject *dtype_name, *is_cuda_name, *one;
 
 /* 1 when the int fits the code's class and value rules, 0 when not, -1 on error. */
 static int int_fits(PyObject *value, const char *code) {
@@ -151,7 +151,6 @@ static PyObject *launch(PyObject *const *args, Py_ssize_t nargs, int by_name) {
     stack[first + made] = value;
   }
   if (made == params) {
-    PyObject *one = PyLong_FromLong(1); /* immortal small int */
     for (Py_ssize_t d = 0; d < 3; d++) stack[d] = d < dims ? PySequence_Fast_ITEMS(grid)[d] : one;
     stack[3] = args[3];
     for (Py_ssize_t h = 0; h < heads; h++) stack[4 + h] = PyTuple_GET_ITEM(head, h);
@@ -190,7 +189,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "jitkern_launch", NUL
 PyMODINIT_FUNC PyInit_jitkern_launch(void) {
   dtype_name = PyUnicode_InternFromString("dtype");
   is_cuda_name = PyUnicode_InternFromString("is_cuda");
-  if (!dtype_name || !is_cuda_name) return NULL;
+  one = PyLong_FromLong(1); /* a grid's missing dimensions */
+  if (!dtype_name || !is_cuda_name || !one) return NULL;
   return PyModule_Create(&module);
 }
 """

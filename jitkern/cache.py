@@ -156,16 +156,21 @@ def _metadata_backend(path: str) -> str | None:
 _refusing = threading.local()
 
 
-@contextlib.contextmanager
-def refusing_compiles() -> Iterator[None]:
+def refusing_compiles() -> contextlib.AbstractContextManager[None]:
     """Within the block a kernel entry the cache lacks (or holds damaged) raises
     ``CacheEntryUnusable`` where Triton would have compiled it."""
-    previous = getattr(_refusing, "on", False)
-    _refusing.on = True
+    return _flag_on(_refusing)
+
+
+@contextlib.contextmanager
+def _flag_on(flag: threading.local) -> Iterator[None]:
+    """``flag.on`` set in this thread for the block, then as it was."""
+    previous = getattr(flag, "on", False)
+    flag.on = True
     try:
         yield
     finally:
-        _refusing.on = previous
+        flag.on = previous
 
 
 class JitkernCacheManager(FileCacheManager):
@@ -287,19 +292,13 @@ def _files_problem(root: str, folder: str, paths: dict[str, str], verified: bool
 _showing_damage = threading.local()
 
 
-@contextlib.contextmanager
-def own_lock_shows_damage() -> Iterator[None]:
+def own_lock_shows_damage() -> contextlib.AbstractContextManager[None]:
     """Within the block, an entry of the cache directory whose files differ from those its
     own lock (``jitkern-lock.json`` beside them) lists is damaged: a warmup replaces it
     instead of locking it again, ``--check`` and ``pack`` name it. That lock
     authenticates nothing (whoever changed the files could change it too), so this is a
     check for damage, not trust."""
-    previous = getattr(_showing_damage, "on", False)
-    _showing_damage.on = True
-    try:
-        yield
-    finally:
-        _showing_damage.on = previous
+    return _flag_on(_showing_damage)
 
 
 def _own_lock_problem(folder: str, files: dict[str, bytes]) -> str | None:
