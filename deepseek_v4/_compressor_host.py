@@ -8,14 +8,13 @@ from dataclasses import dataclass
 import torch
 
 from jitkern.grid import cdiv, next_power_of_2
-from jitkern.validation import check_int
+from jitkern.validation import check_int, check_strides_below_i32
 from deepseek_v4.common import (
     INDEX_DTYPES,
     LAYOUTS,
     check_float_tensor,
     check_index_tensor,
     check_same_device,
-    check_strides_below_i32,
     dtype_name,
     layout_of,
 )

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from jitkern import targets
+from jitkern.validation import check_strides_below_i32
 from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 
@@ -128,12 +129,6 @@ def check_float_tensor(name: str, tensor: torch.Tensor, dim: int, written: bool 
     check_strides_below_i32(name, tensor)
     if written:
         _check_rows_apart(name, tensor)
-
-
-def check_strides_below_i32(name: str, tensor: torch.Tensor) -> None:
-    """The kernels keep integers i32 (``large_ints`` False): a larger stride needs an i64 binary."""
-    if max(tensor.stride(), default=0) >= 2**31:
-        raise ValueError(f"{name}: strides {tuple(tensor.stride())} must be below 2**31")
 
 
 def _check_rows_apart(name: str, tensor: torch.Tensor) -> None:

@@ -17,6 +17,13 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> None:
         raise ValueError(f"{name}: must be at least {minimum}, got {value}")
 
 
+def check_strides_below_i32(name: str, tensor: torch.Tensor) -> None:
+    """Every stride of ``tensor`` is below 2**31. Kernels that keep integers i32
+    (``large_ints`` False) have no binary for a larger stride: it would compile an i64 one."""
+    if max(tensor.stride(), default=0) >= 2**31:
+        raise ValueError(f"{name}: strides {tuple(tensor.stride())} must be below 2**31")
+
+
 def same_device(**tensors: torch.Tensor) -> torch.device:
     """The one device of all ``tensors`` (named as the function's parameters).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from jitkern.validation import check_int
+from jitkern.validation import check_int, check_strides_below_i32
 from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -33,9 +33,8 @@ def check_rows(key, z) -> int:
         raise ValueError(f"z: {z.shape[0]} tokens, but key has {key.shape[0]}")
     if key.shape[0] >= SIZE_LIMIT:
         raise ValueError(f"key: {key.shape[0]} tokens; at most {SIZE_LIMIT - 1} in one step")
-    for name, tensor in (("key", key), ("z", z)):
-        if max(tensor.stride()) >= 2**31:
-            raise ValueError(f"{name}: strides {tuple(tensor.stride())} must be below 2**31")
+    check_strides_below_i32("key", key)
+    check_strides_below_i32("z", z)
     return key.shape[0]
 
 

@@ -326,6 +326,18 @@ def test_update_decode_rejects_wrong_inputs(name, wrong):
         assert torch.equal(args["mean"], untouched), "something was launched before the error"
 
 
+@pytest.mark.parametrize("name", ["key", "z"])
+def test_update_decode_refuses_a_stride_of_2_31_or_more(name):
+    """Every stride of key and z stays below 2**31, as the binaries keep integers i32 (the
+    one-wide dim 1's is tried: it needs no memory)."""
+    args = _decode_args(tokens=random.randint(1, 8))
+    stride = 2**31 + random.randint(0, 2**31)
+    args[name] = args[name].as_strided(args[name].shape, (256, stride, 1))
+    with pytest.raises(ValueError) as refused:
+        update_decode(**args)
+    assert str(refused.value) == f"{name}: strides (256, {stride}, 1) must be below 2**31"
+
+
 def test_update_verify_rejects_a_ring_smaller_than_7_plus_k():
     args = _decode_args(tokens=8, capacity=9)
     verify_args = dict(args, query_start_loc=torch.tensor([0, 4, 8], dtype=I32), seq_lens=torch.tensor([8, 16], dtype=I32))
