@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 import threading
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from jitkern.specialisation import (
     name_stand_ins,
     origins,
     parse_layout,
+    runtime_params,
     specialisation,
     specialising_backend,
     stand_ins_for,
@@ -436,16 +436,13 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     @functools.cached_property
     def _constexpr_names(self) -> frozenset[str]:
-        params = getattr(self.kernel, "params", None)
-        if params is not None:
-            return frozenset(param.name for param in params if param.is_constexpr)
-        parameters = inspect.signature(self.kernel.fn).parameters  # the interpreter's functions have no params
-        return frozenset(name for name, param in parameters.items() if "constexpr" in str(param.annotation))
+        return frozenset(self.kernel.arg_names) - frozenset(self._runtime_names)
 
     @functools.cached_property
     def _runtime_names(self) -> tuple[str, ...]:
-        """The parameters of ``kernel`` a ``LaunchSpec`` passes, in their order."""
-        return tuple(name for name in self.kernel.arg_names if name not in self._constexpr_names)
+        """The parameters of ``kernel`` a ``LaunchSpec`` passes, in their order: those the
+        layouts are derived for (``runtime_params``), so the two cannot disagree."""
+        return tuple(param.name for param in runtime_params(self.kernel))
 
     def _direct_launch_of(self, key: CompileKeyT) -> Callable[[dict, tuple], bool]:
         """The key's direct launch, remembered by the key's id once the key has a binary."""

@@ -168,3 +168,20 @@ def test_a_launch_spec_passing_what_is_no_runtime_parameter_is_refused():
                                             r"runtime parameters of _axpy_kernel \(those are X_ptr, Y_ptr, Out_ptr, "
                                             r"alpha, n_elements\)"):
             AxpyKernel().launch(dataclasses.replace(spec, kwargs=kwargs))
+
+
+@pytest.mark.parametrize("mode", ["this", pytest.param("compiled", marks=pytest.mark.compiled)])
+def test_every_shipped_kernels_runtime_parameters_are_those_triton_compiles_with(mode):
+    """What a LaunchSpec may pass (``_runtime_names``) comes from ``runtime_params``, as the
+    layouts do. Under the interpreter, whose functions keep no parameters, and compiled,
+    it names the arguments a compiled JITFunction of the same body takes at run time."""
+    from triton.runtime.jit import JITFunction
+
+    registry.import_modules(["step5", "deepseek_v4", "jitkern.examples.axpy"])
+    kernels = [registry.get_kernel(name) for name in registry.kernel_names()]
+    shipped = [kernel for kernel in kernels if kernel.name.startswith(("step5.", "deepseek_v4.", "jitkern."))]
+    assert len(shipped) >= 10
+    for kernel in shipped:
+        params = JITFunction(kernel.kernel.fn).params
+        assert kernel._runtime_names == tuple(param.name for param in params if not param.is_constexpr)
+        assert kernel._constexpr_names == {param.name for param in params if param.is_constexpr}
