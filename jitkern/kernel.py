@@ -23,6 +23,7 @@ from jitkern.direct_launch import bind_direct_launch, bind_layout_picker, build_
 from jitkern.settings import interpreting
 from jitkern.settle import settle_cache_key
 from jitkern.specialisation import (
+    LARGE,
     BinaryKey,
     Layout,
     argument_domains,
@@ -144,8 +145,9 @@ class JitKernel(Generic[CompileKeyT]):
         """The tensors a layout may name (``__call__`` arguments), with their dimensions."""
         return {}
 
-    def check_layout(self, binary: BinaryKey) -> BinaryKey:
-        """``binary`` with its layout in canonical form; ValueError if no launch has it."""
+    def check_layout(self, binary: BinaryKey, domain: Layout = Layout(), large_storage: bool = False) -> BinaryKey:
+        """``binary`` with its layout in canonical form; ValueError if no launch inside
+        ``domain`` has it (a pointer to storage over 2 GiB only where ``large_storage``)."""
         if binary.layout:
             raise ValueError(f"{self.name} has no runtime arguments to lay out")
         return binary
@@ -280,12 +282,23 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         return {value.name: value.ndim for value in kwargs.values()
                 if isinstance(value, TritonWarmupTensor) and value.name}
 
-    def check_layout(self, binary: BinaryKey) -> BinaryKey:
-        _, base = self.stand_ins(binary.key)
+    def check_layout(self, binary: BinaryKey, domain: Layout = Layout(), large_storage: bool = False) -> BinaryKey:
+        kwargs, base = self.stand_ins(binary.key)
         layout = parse_layout(binary.layout)
         unknown = sorted(layout.keys() - base.keys())
         if unknown:
             raise ValueError(f"{unknown} not among the runtime arguments of {self.name}: {', '.join(base)}")
+        domains = argument_domains(self, kwargs, base, domain)
+        for name, text in layout.items():
+            possible = domains[name]
+            if large_storage and text.startswith("*"):
+                possible += tuple(pointer + LARGE for pointer in possible)
+            if text not in possible:  # Triton never specialises a launch so, or no launch inside domain is
+                argument = origins(kwargs).describe(name)
+                large = " (storage over 2 GiB: for targets that specialise on it, AMD's, alone)" \
+                    if text.startswith("*") and text.endswith(LARGE) and not large_storage else ""
+                raise ValueError(f"{name}{f' ({argument})' if argument != name else ''}: no launch of this key "
+                                 f"specialises as {text!r}{large}, only as {' or '.join(map(repr, possible))}")
         canonical = {name: layout[name] for name in base if name in layout and layout[name] != base[name]}
         return BinaryKey(binary.key, layout_text(canonical))
 

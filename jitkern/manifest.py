@@ -25,8 +25,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from jitkern import registry
-from jitkern.kernel import JitKernel, TooManyLayouts
-from jitkern.specialisation import BinaryKey, Layout
+from jitkern.kernel import JitKernel, TooManyLayouts, key_name
+from jitkern.specialisation import BinaryKey, Layout, backend_of, marks_pointer_range
 from jitkern.targets import parse_target
 
 FORMAT_VERSION = 1
@@ -136,8 +136,10 @@ def load_manifest(path: str | Path) -> LoadedManifest:
     entries, combinations = [], 0
     shared = manifest.layout or LayoutDomain()
     _check_dimension_names(f"{path}: layout", shared)
+    large_storage = all(marks_pointer_range(backend_of(parse_target(target))) for target in manifest.targets)
     for index, kernel_entry in enumerate(manifest.kernels):
-        entries.append(_resolve(path, index, kernel_entry, shared, budget=MAX_COMBINATIONS - combinations))
+        entries.append(_resolve(path, index, kernel_entry, shared, budget=MAX_COMBINATIONS - combinations,
+                                large_storage=large_storage))
         combinations += _combinations(entries[-1].config)
     _check_shared_layout(path, shared, entries)
     return LoadedManifest(path=path, manifest=manifest, entries=tuple(entries))
@@ -200,7 +202,8 @@ def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[BinaryKey]]:
     return {name: list(found) for name, found in keys.items()}
 
 
-def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, budget: int) -> ResolvedEntry:
+def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, budget: int,
+             large_storage: bool) -> ResolvedEntry:
     where = f"{path}: kernels[{index}]"
     try:
         kernel = registry.get_kernel(entry.kernel)
@@ -212,7 +215,8 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomain, b
         raise ManifestError(f"{where}.layout: explicit keys carry their own layout; give 'layout' with 'config'")
     _check_dimension_names(f"{where}.layout", entry.layout or LayoutDomain())
     if entry.keys is not None:
-        keys = [_explicit_key(path, index, position, kernel, values) for position, values in enumerate(entry.keys)]
+        keys = [_explicit_key(path, index, position, kernel, values, large_storage)
+                for position, values in enumerate(entry.keys)]
         return ResolvedEntry(index, kernel, None, tuple(keys))
     try:
         config = _config_model(type(kernel)).model_validate(entry.config).model_dump()
@@ -338,10 +342,13 @@ def _combinations(config: dict[str, Any] | None) -> int:
     return math.prod(len(value) for value in config.values() if isinstance(value, list))
 
 
-def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, values: dict[str, Any]) -> BinaryKey:
+def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, values: dict[str, Any],
+                  large_storage: bool) -> BinaryKey:
     """One ``keys`` item as a BinaryKey, its fields checked against their types first
     (a list value would make an unhashable key, a string block size a key that never
-    matches), its layout against the kernel's runtime arguments."""
+    matches), its layout against what the kernel's launches can be (``_accepted_layout``;
+    pointers to storage over 2 GiB where every target specialises on it, ``large_storage``):
+    another one would fail to compile, or give a binary nothing launches."""
     where = f"{path}: kernels[{index}].keys[{position}]"
     values = dict(values)
     layout = values.pop("layout", "")
@@ -360,9 +367,18 @@ def _explicit_key(path: Path, index: int, position: int, kernel: JitKernel, valu
     except Exception as error:  # a field value the kernel has no launch for, e.g. a dtype it does not know
         raise ManifestError(f"{where}: {kernel.name} cannot launch this key: {type(error).__name__}: {error}") from None
     try:
-        return kernel.check_layout(BinaryKey(key, layout))
+        return kernel.check_layout(BinaryKey(key, layout), _accepted_layout(kernel, key), large_storage)
     except ValueError as error:
-        raise ManifestError(f"{where}.layout: {error}") from None
+        raise ManifestError(f"{where}.layout: {kernel.name} [{key_name(key)}]: {error}") from None
+
+
+def _accepted_layout(kernel: JitKernel, key: Any) -> Layout:
+    """The widest layout domain of ``key``'s launches: every tensor unaligned and every
+    stride any, but what the kernel's public function requires (``_refusal``)."""
+    dims = kernel.tensor_dims(key)
+    return Layout(unaligned=frozenset(tensor for tensor in dims if not _refusal(kernel, "unaligned", tensor)),
+                  strided=frozenset(f"{tensor}.{dim}" for tensor, ndim in dims.items() for dim in range(ndim)
+                                    if not _refusal(kernel, "strided", f"{tensor}.{dim}")))
 
 
 @functools.cache

@@ -165,11 +165,11 @@ def specialising_backend() -> Any:
         target = driver.active.get_current_target()
     except Exception:  # the interpreter, or no GPU and no compile-only driver
         return BaseBackend
-    return _backend_class(target)
+    return backend_of(target)
 
 
 @functools.cache
-def _backend_class(target: Any) -> Any:
+def backend_of(target: Any) -> Any:
     """The compiler class Triton picks for ``target`` (Triton's ``backends`` are keyed by
     package, ``nvidia`` and ``amd``, not by the target's ``cuda`` and ``hip``)."""
     from triton.backends import backends

@@ -119,7 +119,7 @@ BAD_MANIFESTS = {
     "explicit key with a layout of unknown arguments": (
         lambda: example(kernels=[{"kernel": "jitkern.example.axpy",
                                   "keys": [{"dtype": "float32", "block_size": 64, "layout": "Q_ptr:*fp32"}]}]),
-        r"kernels\[0\]\.keys\[0\]\.layout: \['Q_ptr'\] not among the runtime arguments",
+        r"kernels\[0\]\.keys\[0\]\.layout: jitkern\.example\.axpy \[.*\]: \['Q_ptr'\] not among the runtime arguments",
     ),
     "wrong format version": (lambda: example(format_version=2), r"format_version: Input should be 1"),
     "empty file": (lambda: "   \n", r"empty file"),
@@ -207,3 +207,81 @@ def test_a_layout_may_name_a_tensor_some_keys_lack(tmp_path, has_bias, where):
     layout["strided"] = ["bias.1"]
     with pytest.raises(ManifestError, match=r"'bias\.1': 'bias' of test\.shift \(kernels\[0\]\) has 1 dimensions"):
         load_manifest(write(tmp_path, document))
+
+
+IMPOSSIBLE_LAYOUTS = {  # argument -> a specialisation no launch of an axpy key has, given its dtype's name
+    "X_ptr": lambda dtype: "*fp64/16",  # another dtype
+    "Y_ptr": lambda dtype: f"*{dtype}/8",  # an alignment Triton never marks
+    "n_elements": lambda dtype: "i64",  # beyond i32: axpy refuses such sizes (large_ints False)
+    "alpha": lambda dtype: "i32",  # a float argument as an int: axpy refuses an int alpha
+    "Out_ptr": lambda dtype: f"*{dtype}/16/large",  # a storage over 2 GiB, on a target that never specialises on it
+}
+
+
+@pytest.mark.parametrize("argument", IMPOSSIBLE_LAYOUTS)
+def test_an_explicit_key_no_launch_has_is_refused_naming_manifest_kernel_key_and_argument(tmp_path, argument):
+    """Such a key used to load, then failed to compile (WarmupMismatch) or built a binary
+    nothing launches; the loader refuses it, naming where it is and what is impossible."""
+    import random
+
+    dtype = random.choice(["float32", "float16", "bfloat16"])
+    short = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[dtype]
+    block_size = random.choice([64, 256, 1024])
+    valid = {"dtype": dtype, "block_size": block_size, "layout": f"X_ptr:*{short} n_elements:i32/16"}
+    impossible = {"dtype": dtype, "block_size": block_size,
+                  "layout": f"{argument}:{IMPOSSIBLE_LAYOUTS[argument](short)}"}
+    path = write(tmp_path, example(kernels=[{"kernel": "jitkern.example.axpy", "keys": [valid, impossible]}]))
+    with pytest.raises(ManifestError) as refused:
+        load_manifest(path)
+    assert str(refused.value).startswith(
+        f"{path}: kernels[0].keys[1].layout: jitkern.example.axpy [dtype={dtype},block_size={block_size}]: "
+        f"{argument}"), refused.value
+    assert f"no launch of this key specialises as {impossible['layout'].partition(':')[2]!r}" in str(refused.value)
+
+
+def test_a_large_storage_is_a_layout_of_manifests_whose_targets_all_specialise_on_it(tmp_path):
+    """AMD specialises a pointer whose storage spans over 2 GiB (``/large``); NVIDIA never does."""
+    key = {"dtype": "float16", "block_size": 1024, "layout": "Out_ptr:*fp16/16/large"}
+    for targets, loads in ((["hip:gfx942"], True), (["hip:gfx942", "cuda:90"], False), (["cuda:80"], False)):
+        path = write(tmp_path, example(targets=targets, kernels=[{"kernel": "jitkern.example.axpy", "keys": [key]}]))
+        if loads:
+            (binary,) = manifest_keys(load_manifest(path))["jitkern.example.axpy"]
+            assert binary.layout == "Out_ptr:*fp16/16/large"
+        else:
+            with pytest.raises(ManifestError, match=r"over 2 GiB: for targets that specialise on it, AMD's, alone"):
+                load_manifest(path)
+
+
+@pytest.mark.parametrize("shipped", sorted((REPO / "warmup_manifests").glob("*.json")), ids=lambda path: path.stem)
+def test_every_binary_a_shipped_manifest_enumerates_loads_as_an_explicit_key(tmp_path, shipped):
+    """The loader's check of explicit layouts refuses none a deployment's launches have,
+    as record mode writes them (on AMD targets, a storage over 2 GiB too)."""
+    from jitkern.kernel import key_fields
+
+    document = json.loads(shipped.read_text())
+    enumerated = manifest_keys(load_manifest(shipped))
+    amd = all(target.startswith("hip:") for target in document["targets"])
+    large = lambda layout: " ".join(part + "/large" if ":*" in part else part for part in layout.split())  # noqa: E731
+    explicit = {name: [key_fields(binary) for binary in binaries] for name, binaries in enumerated.items()}
+    if amd:
+        explicit = {name: keys + [{**key, "layout": large(key["layout"])} for key in keys if ":*" in key.get("layout", "")]
+                    for name, keys in explicit.items()}
+    document.pop("layout", None)
+    document["kernels"] = [{"kernel": name, "keys": keys} for name, keys in explicit.items()]
+    loaded = manifest_keys(load_manifest(write(tmp_path, document)))
+    assert {name: [key_fields(binary) for binary in binaries] for name, binaries in loaded.items()} == explicit
+
+
+def test_an_explicit_key_breaking_what_the_public_function_requires_is_refused(tmp_path):
+    """An unaligned tensor the kernel requires aligned: a binary no launch looks up."""
+    from jitkern.examples.axpy import AxpyKernel
+
+    class AlignedOut(AxpyKernel):
+        name = "test.axpy_aligned_out_key"
+        aligned_tensors = frozenset({"out"})
+
+    keys = [{"dtype": "float32", "block_size": 1024, "layout": layout} for layout in ("X_ptr:*fp32", "Out_ptr:*fp32")]
+    path = write(tmp_path, example(modules=[], kernels=[{"kernel": AlignedOut.name, "keys": keys}]))
+    with pytest.raises(ManifestError, match=r"keys\[1\]\.layout: test\.axpy_aligned_out_key \[.*\]: Out_ptr \(out\): "
+                                            r"no launch of this key specialises as '\*fp32', only as '\*fp32/16'$"):
+        load_manifest(path)
