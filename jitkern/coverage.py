@@ -22,12 +22,18 @@ config, each tensor of the key's stand-ins is drawn on its own:
   others, up to the kernel's ``size_limit``, and up to 2**31 - 1 elements in all
   (beyond with ``large_ints``).
 
+A plain argument is passed as the key's ``warmup_inputs`` gives it (its value may name
+the key), unless ``__call__`` annotates it ``bool``, ``int`` or ``float`` and the stand-in
+is of another type: a real call passes that type (an int stand-in of a float ``alpha``
+specialises as ``i32``, a real call's float as ``fp32``), so values of that type are drawn.
+
 A drawn launch whose key is not the one drawn (a size the key depends on), or whose sizes
 do not fit together (``__call__`` raises), is dropped.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +73,13 @@ class _TensorPlan:
     contiguous: bool
 
 
+@dataclass(frozen=True)
+class _PlainPlan:
+    """A plain argument whose stand-in is not of the type ``__call__`` takes: draw that type."""
+
+    takes: type
+
+
 def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None, layout: Layout | dict = Layout(),
                    *, keys: list[Any] | None = None, warmed: list[BinaryKey] | None = None, target: str = "cuda:90",
                    max_examples: int = 100) -> int:
@@ -95,9 +108,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
         @given(st.data())
         def a_drawn_launch_hits_a_warmed_binary(data):
             key, plan = data.draw(st.sampled_from(plans), label="key")
-            inputs = {name: _draw_tensor(data, name, part, kernel.large_ints, kernel.size_limit)
-                      if isinstance(part, _TensorPlan)
-                      else part for name, part in plan.items()}
+            inputs = {name: _draw(data, name, part, kernel) for name, part in plan.items()}
             try:
                 spec = kernel.launch_spec(**inputs)
             except Exception:  # sizes that do not fit together, which the public function refuses
@@ -125,17 +136,51 @@ def _warmed_lookup_key(kernel: TritonJitKernel, binary: BinaryKey) -> str:
 
 
 def _plan(kernel: TritonJitKernel, key: Any, layout: Layout) -> dict[str, Any]:
-    """The key's ``warmup_inputs``, each stand-in tensor replaced by how to draw it."""
+    """The key's ``warmup_inputs``, each stand-in tensor, and each plain stand-in of another
+    type than ``__call__`` takes, replaced by how to draw it."""
     inputs = kernel.warmup_inputs(key)
     plan = dict(inputs)
+    takes = _plain_types(kernel)
     for name, value in inputs.items():
-        if not isinstance(value, TritonWarmupTensor):
-            continue
-        strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
-        plan[name] = _TensorPlan(value, value.varying, strided, layout.allows_unaligned(name), value.is_contiguous())
+        if isinstance(value, TritonWarmupTensor):
+            strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
+            plan[name] = _TensorPlan(value, value.varying, strided, layout.allows_unaligned(name),
+                                     value.is_contiguous())
+        elif name in takes and type(value) is not takes[name]:  # not isinstance: True is an int
+            plan[name] = _PlainPlan(takes[name])
     if not any(isinstance(part, _TensorPlan) for part in plan.values()):
         raise WarmupMismatch(f"{kernel.name}: warmup_inputs gives no tensor stand-ins to draw from")
     return plan
+
+
+def _draw(data: Any, name: str, part: Any, kernel: TritonJitKernel) -> Any:
+    """One argument of a drawn launch: drawn by its plan, or the stand-in as it is."""
+    if isinstance(part, _TensorPlan):
+        return _draw_tensor(data, name, part, kernel.large_ints, kernel.size_limit)
+    if isinstance(part, _PlainPlan):
+        return _draw_plain(data, name, part)
+    return part
+
+
+_PLAIN_TYPES = {"bool": bool, "int": int, "float": float}
+
+
+def _plain_types(kernel: TritonJitKernel) -> dict[str, type]:
+    """The parameters ``__call__`` annotates ``bool``, ``int`` or ``float`` (as text where
+    annotations are postponed), each with that type."""
+    parameters = inspect.signature(type(kernel)._build_launch_spec).parameters
+    names = {name: param.annotation if isinstance(param.annotation, str) else getattr(param.annotation, "__name__", "")
+             for name, param in parameters.items()}
+    return {name: _PLAIN_TYPES[text] for name, text in names.items() if text in _PLAIN_TYPES}
+
+
+def _draw_plain(data: Any, name: str, plan: _PlainPlan) -> Any:
+    from hypothesis import strategies as st
+
+    values = {bool: st.booleans(),
+              int: st.sampled_from(_BOUNDARY_SIZES) | st.integers(-I32_LIMIT, I32_LIMIT - 1),
+              float: st.floats(allow_nan=False, allow_infinity=False)}[plan.takes]
+    return data.draw(values, label=name)
 
 
 def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limit: int) -> DrawnTensor:

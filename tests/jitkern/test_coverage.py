@@ -88,3 +88,24 @@ def test_a_contiguous_stride_over_a_varying_dimension_is_warmed_in_every_class()
     base_only = [binary for binary in kernel.binary_keys(keys) if not binary.layout]
     with pytest.raises(AssertionError, match=r"block_table.stride\(0\): (equal to 1|i32 not a multiple of 16)"):
         check_coverage(kernel, config, warmed=base_only, max_examples=200)
+
+
+def test_a_plain_stand_in_of_another_type_than_the_launcher_takes_is_drawn_as_that_type():
+    """An int ``alpha`` stand-in warms an i32 (or constexpr 1) binary, but ``axpy`` passes
+    ``float(alpha)``, which specialises as fp32: every real call would compile. The checker
+    draws floats for ``__call__``'s ``alpha: float``, so it fails, naming ``alpha``; it used
+    to pass the int on and find the warmed binary."""
+    import random
+
+    from jitkern.examples.axpy import AxpyKernel
+
+    class IntAlphaAxpy(AxpyKernel):
+        name = "test.axpy_int_alpha"
+
+        def warmup_inputs(self, key):
+            return {**super().warmup_inputs(key), "alpha": random.choice([1, 2, 16, 17, 3000])}
+
+    config = {"dtypes": [random.choice(["float32", "float16", "bfloat16"])]}
+    with pytest.raises(AssertionError, match=r"misses every warmed binary: alpha: fp32; warmed binaries "):
+        check_coverage(IntAlphaAxpy(), config, {"unaligned": ["x", "y", "out"]}, max_examples=40)
+    assert check_coverage(AxpyKernel(), config, {"unaligned": ["x", "y", "out"]}, max_examples=40) > 0
