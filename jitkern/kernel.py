@@ -291,7 +291,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         domains = argument_domains(self, kwargs, base, domain)
         for name, text in layout.items():
             possible = domains[name]
-            if large_storage and text.startswith("*"):
+            if large_storage and possible[0].startswith("*"):
                 possible += tuple(pointer + LARGE for pointer in possible)
             if text not in possible:  # Triton never specialises a launch so, or no launch inside domain is
                 argument = origins(kwargs).describe(name)
