@@ -113,6 +113,7 @@ class JitKernel(Generic[CompileKeyT]):
                 raise TypeError(f"{cls.__qualname__}.CompileKey must be frozen")
             registry.register(cls)
         if "kernel" in cls.__dict__:
+            _check_jit_function(cls)
             settle_cache_key(cls.__dict__["kernel"])
         if hasattr(cls.__dict__.get("__call__"), "launch_spec"):  # kept apart: profilers may wrap __call__
             cls._build_launch_spec = cls.__dict__["__call__"].launch_spec
@@ -542,6 +543,21 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             return LaunchSpec((1,), stand_ins_for(self.kernel, kwargs, parse_layout(binary_key.layout)), binary_key.key)
         except ValueError as error:
             raise WarmupMismatch(f"{self.name}: {error}") from None
+
+
+def _check_jit_function(cls: type) -> None:
+    """``kernel`` is a ``@triton.jit`` function itself. Wrapped in ``@triton.heuristics`` or
+    ``@triton.autotune``, it would choose constexprs per launch, which jitkern takes from
+    ``constants(key)`` (so a key names one binary); refused here in one line, not with an
+    AttributeError from deep inside the first compile or launch."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    kernel = cls.__dict__["kernel"]
+    if not isinstance(kernel, (JITFunction, InterpretedFunction)):
+        raise TypeError(f"{cls.__qualname__}.kernel must be a @triton.jit function, got {type(kernel).__name__}; "
+                        "choose constexprs and launch options in constants(key), not with triton.heuristics or "
+                        "triton.autotune")
 
 
 def _compiling_only() -> bool:
