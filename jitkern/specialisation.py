@@ -119,6 +119,10 @@ def specialisation(jit_function: Any, kwargs: dict[str, Any]) -> dict[str, str]:
             continue
         kind, key = native_specialize_impl(backend, kwargs[param.name], param.is_const,
                                            not param.do_not_specialize, not param.do_not_specialize_on_alignment)
+        if isinstance(kind, tuple):
+            raise TypeError(f"{jit_function.__name__}: runtime argument {param.name} is a tuple; Triton specialises "
+                            "each of its items (alignment, integer class), which a layout cannot name: pass them as "
+                            "parameters of their own")
         texts[param.name] = _text(kind, key, ranged)
     return texts
 

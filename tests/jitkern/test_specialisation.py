@@ -86,3 +86,45 @@ def test_each_class_of_such_an_integer_launches_directly(monkeypatch):
     for offset in [1, 16, 1, 17, 1, random.randrange(2**31)]:
         kernel(x, offset, 16)
     assert runs == []
+
+
+@triton.jit
+def _pair_sum_kernel(Pair, Out, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(Out + offsets, tl.load(Pair[0] + offsets) + tl.load(Pair[1] + offsets))
+
+
+class PairSumKernel(TritonJitKernel["PairSumKernel.CompileKey"]):
+    kernel = _pair_sum_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+
+    def dispatch(self, *, block):
+        return self.CompileKey(block)
+
+    def get_warmup_keys(self, *, block: int = 16):
+        return [self.dispatch(block=block)]
+
+    def warmup_inputs(self, key):
+        rows = TritonWarmupTensor(torch.float32, shape=(key.block,))
+        return dict(a=rows, b=rows, out=rows, block=key.block)
+
+    def constants(self, key):
+        return dict(BLOCK=key.block)
+
+    @kernel_launcher
+    def __call__(self, a, b, out, block):
+        return LaunchSpec((1,), dict(Pair=(a, b), Out=out), self.dispatch(block=block))
+
+
+def test_a_tuple_argument_is_refused_by_name_as_its_items_layouts_cannot_be_named():
+    """Triton specialises each tensor of a tuple on its alignment, but the layout named the
+    tuple whole: ``"unaligned": ["a"]`` warmed nothing more, a launch with ``a`` one element
+    off looked up a binary no warmup built (at serve time: a compile), and the guard blamed
+    another argument. Warmup now stops at the stand-ins, naming the argument."""
+    kernel = PairSumKernel()
+    with pytest.raises(TypeError, match="_pair_sum_kernel: runtime argument Pair is a tuple; Triton specialises "
+                                        "each of its items"):
+        kernel.binary_keys(kernel.get_warmup_keys())
