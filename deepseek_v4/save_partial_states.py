@@ -262,9 +262,9 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             grid=_grid(tokens, key.head_size, key.tokens, key.block_h),
             kwargs=dict(
                 KV_ptr=kv,
-                kv_row_stride=kv.stride(0),
+                kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
                 Score_ptr=score,
-                score_row_stride=score.stride(0),
+                score_row_stride=launch_stride(score, 0, usual=2 * score.shape[1]),
                 Ape_ptr=ape,
                 ape_row_stride=ape.stride(0),
                 Positions_ptr=positions,

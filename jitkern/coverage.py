@@ -14,10 +14,11 @@ config, each tensor of the key's stand-ins is drawn on its own:
   at any multiple of 16 bytes;
 - its strides, where the layout lists them as ``strided``, from 0, 1, 15, 16, 17, odd,
   even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
-  contiguous if its stand-in is, or as its stand-in. A contiguous tensor's dimension of
-  size 1 takes any stride: ``torch.Tensor.is_contiguous`` ignores it (a one-row slice
-  of a wider tensor is contiguous), so a public function checking contiguity lets it
-  by (``jitkern.launch_stride`` is how a launcher passes it);
+  contiguous if its stand-in is, or as its stand-in. A dimension of size 1 takes any
+  stride, unless the kernel lists it in ``fixed_strides``: it addresses one element
+  whatever the stride, ``torch.Tensor.is_contiguous`` ignores it (a one-row slice of a
+  wider tensor is contiguous), and ops such as a transpose leave any value there, so a
+  public function lets it by (``jitkern.launch_stride`` is how a launcher passes it);
 - the size of every dimension its stand-in declares ``varying``: 0, 1, 15, 16, 17,
   others, up to the kernel's ``size_limit``, and up to 2**31 - 1 elements in all
   (beyond with ``large_ints``).
@@ -69,6 +70,7 @@ class _TensorPlan:
     stand_in: TritonWarmupTensor
     varying_dims: tuple[int, ...]
     strided_dims: tuple[int, ...]
+    fixed_dims: tuple[int, ...]
     any_offset: bool
     contiguous: bool
 
@@ -144,7 +146,8 @@ def _plan(kernel: TritonJitKernel, key: Any, layout: Layout) -> dict[str, Any]:
     for name, value in inputs.items():
         if isinstance(value, TritonWarmupTensor):
             strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
-            plan[name] = _TensorPlan(value, value.varying, strided, layout.allows_unaligned(name),
+            fixed = tuple(dim for dim in range(value.ndim) if {name, f"{name}.{dim}"} & kernel.fixed_strides)
+            plan[name] = _TensorPlan(value, value.varying, strided, fixed, layout.allows_unaligned(name),
                                      value.is_contiguous())
         elif name in takes and type(value) is not takes[name]:  # not isinstance: True is an int
             plan[name] = _PlainPlan(takes[name])
@@ -198,8 +201,8 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limi
     stride_values = st.sampled_from(_BOUNDARY_STRIDES + (_LARGE if large else [])) | st.integers(0, limit - 1)
     for dim in plan.strided_dims:
         strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim})")
-    for dim in range(len(shape)) if plan.contiguous else ():  # torch calls a tensor contiguous whatever
-        if shape[dim] == 1 and dim not in plan.strided_dims:  # the stride of a dimension of size 1
+    for dim in range(len(shape)):  # a dimension of size 1 addresses alike whatever its stride
+        if shape[dim] == 1 and dim not in plan.strided_dims + plan.fixed_dims:
             strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim}) of size 1")
     assume(all(stride < limit for stride in strides))
     element = stand_in.dtype.itemsize

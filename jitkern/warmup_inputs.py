@@ -121,15 +121,16 @@ def contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def launch_stride(tensor: Any, dim: int) -> int:
+def launch_stride(tensor: Any, dim: int, usual: int | None = None) -> int:
     """The stride a launcher passes for ``dim``: ``tensor.stride(dim)``, but for a dimension
-    of size 1, or a tensor of no elements, the stride a dense layout of the later
-    dimensions gives.
+    of size 1, or a tensor of no elements, the stride of the kernel's usual layout there:
+    ``usual`` when its stand-in has one of its own (a view of a wider tensor), else the
+    stride a dense layout of the later dimensions gives.
 
     Any stride addresses a dimension of size 1 alike (and no element at all), and torch
     calls such a tensor contiguous whatever the stride is (a one-row slice of a wider
-    tensor is contiguous), so a public function checking contiguity lets any value by.
-    Passed as it is, it would pick a binary by a value that means nothing
+    tensor is contiguous; a transpose leaves a 1 there), so a public function lets any
+    value by. Passed as it is, it would pick a binary by a value that means nothing
     (``jitkern.coverage`` draws such strides); normalised, the launch takes its
     stand-in's binary. A named stand-in's stride is kept as it is: jitkern traces it to
     the runtime argument it becomes, to warm the classes its layout gives it."""
@@ -137,5 +138,6 @@ def launch_stride(tensor: Any, dim: int) -> int:
     stride = tensor.stride(dim)
     if isinstance(stride, TracedStride) or tensor.shape[dim] != 1 and tensor.numel():
         return stride
+    if usual is not None:
+        return usual
     return 1 if dim == tensor.dim() - 1 else launch_stride(tensor, dim + 1) * max(tensor.shape[dim + 1], 1)
-

@@ -163,3 +163,38 @@ def test_a_head_dim_not_a_multiple_of_4_warms_what_fresh_tensors_look_up(head_di
     for name, layout in (("deepseek_v4.compress_windows", {}), ("deepseek_v4.decode_step", own_score),
                          ("deepseek_v4.save_partial_states", own_score)):
         assert check_coverage(get_kernel(name), config, layout, max_examples=40) > 0, name
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("head_dim, ratio", [(512, 4), (24, 128)])
+def test_a_one_token_step_takes_the_warmed_binary_whatever_its_row_strides(head_dim, ratio, tmp_path, monkeypatch):
+    """A row of one token addresses the same floats whatever its stride, and the store takes
+    any: a transposed column leaves 1 there, a tensor of its own W (head 24 at ratio 128:
+    24, where the usual view of one ``[tokens, 2W]`` projection has 48, a multiple of 16), a
+    row of a wider buffer anything. The kv and score row strides passed as they were looked
+    up binaries no manifest without a declared layout builds: a compile on a batch of one."""
+    import torch
+
+    from jitkern import testing
+    from jitkern.targets import compile_only, parse_target
+
+    from deepseek_v4 import DecodeStepKernel, SavePartialStatesKernel, decode_step, save_partial_states
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    config = dict(head_dim=head_dim, compress_ratio=ratio, index_dtypes=["int64"])
+    store, compress = _deployment_calls(head_dim, ratio, torch.int64, table_width=16, tokens=1)
+    width = store["state_width"]
+    wide = torch.randn(3, 3 * width + 16)
+    rows = {"a transposed column": lambda: torch.randn(width, 1).t(),
+            "a tensor of its own": lambda: torch.randn(1, width),
+            "a row of a wider buffer": lambda: wide[1:2, 4:4 + width]}  # 16 bytes in: aligned
+    with testing.record_launches(dry_run=True) as launches:
+        for make in rows.values():
+            one_token = {**store, "kv": make(), "score": make()}
+            save_partial_states(**one_token)
+            decode_step(**_decode_call(one_token, compress, tokens=1))
+    warmed = {kernel.name: kernel.binary_keys(kernel.get_warmup_keys(**config))
+              for kernel in (SavePartialStatesKernel(), DecodeStepKernel())}
+    with compile_only(parse_target("cuda:90")):
+        assert testing.uncovered_by_warmup(launches, warmed) == []
+    assert [spec.kwargs["kv_row_stride"] for _kernel, spec in launches] == [2 * width] * 6

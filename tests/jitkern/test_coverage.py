@@ -109,3 +109,23 @@ def test_a_plain_stand_in_of_another_type_than_the_launcher_takes_is_drawn_as_th
     with pytest.raises(AssertionError, match=r"misses every warmed binary: alpha: fp32; warmed binaries "):
         check_coverage(IntAlphaAxpy(), config, {"unaligned": ["x", "y", "out"]}, max_examples=40)
     assert check_coverage(AxpyKernel(), config, {"unaligned": ["x", "y", "out"]}, max_examples=40) > 0
+
+
+def test_a_dimension_of_size_1_is_drawn_with_any_stride_where_the_usual_layout_is_a_view(monkeypatch):
+    """The store's kv and score are usually views of one ``[tokens, 2W]`` projection, not
+    contiguous. Their row of one token takes any stride too (a transposed column has 1):
+    the checker draws it, so a launcher passing it as it is, not as ``launch_stride`` gives
+    it, is caught. The checker drew such strides for contiguous stand-ins only."""
+    import importlib
+
+    from jitkern import launch_stride
+
+    store_module = importlib.import_module("deepseek_v4.save_partial_states")  # the package names the function so
+
+    kernel = registry.get_kernel("deepseek_v4.save_partial_states")
+    config = {"head_dim": 128, "compress_ratio": 128, "index_dtypes": ["int32"]}
+    assert check_coverage(kernel, config, max_examples=60) > 0
+    as_it_is = lambda tensor, dim, usual=None: tensor.stride(dim) if usual else launch_stride(tensor, dim)  # noqa: E731
+    monkeypatch.setattr(store_module, "launch_stride", as_it_is)
+    with pytest.raises(AssertionError, match=r"(kv|score)\.stride\(0\): (equal to 1|i32 not a multiple of 16)"):
+        check_coverage(kernel, config, max_examples=300)

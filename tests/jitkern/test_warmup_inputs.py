@@ -58,3 +58,17 @@ def test_a_launch_stride_of_a_dimension_of_size_1_is_the_dense_one(rows, width, 
     assert launch_stride(blocks, 0) == 6 and launch_stride(blocks, 1) == 6
     stand_in = TritonWarmupTensor(torch.float32, shape=(1, 4, 10), strides=(999, 10, 1))
     assert launch_stride(stand_in, 0) == 40
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3])
+def test_a_launch_stride_of_a_dimension_of_size_1_is_the_usual_one_where_given(rows):
+    """A tensor usually a view of a wider one (DeepSeek V4's kv: a ``[tokens, 2W]``
+    projection's first half) passes, for one row or none, the stride of that view, so the
+    launch takes its stand-in's binary: the dense stride W may be another class than 2W."""
+    width = 24  # W: not a multiple of 16; 2W is
+    transposed = torch.randn(width, rows).t()  # one row: stride 1
+    expected = 2 * width if rows <= 1 else transposed.stride(0)
+    assert launch_stride(transposed, 0, usual=2 * width) == expected
+    stand_in = TritonWarmupTensor(torch.float32, shape=(1, width), strides=(2 * width, 1)).named("kv")
+    traced = launch_stride(stand_in, 0, usual=7)
+    assert traced == 2 * width and (traced.tensor, traced.dim) == ("kv", 0)
