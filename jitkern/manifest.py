@@ -19,10 +19,11 @@ import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field
+import torch
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator
 
 from jitkern import registry
 from jitkern.kernel import JitKernel, TooManyLayouts, key_name
@@ -386,11 +387,25 @@ def _key_model(key_class: type) -> type[BaseModel]:
     """A strict pydantic model of a CompileKey dataclass's fields."""
     hints = typing.get_type_hints(key_class)
     fields = {
-        field.name: (hints[field.name], ... if field.default is dataclasses.MISSING else field.default)
+        field.name: (_json_type(hints[field.name]), ... if field.default is dataclasses.MISSING else field.default)
         for field in dataclasses.fields(key_class)
         if field.init
     }
     return _strict_model(f"{key_class.__qualname__}Fields", fields)
+
+
+def _json_type(annotation: Any) -> Any:
+    """A key field's type as JSON gives it: a ``torch.dtype`` by its name, as ``key_fields``
+    writes it (``"torch.float16"``) or as configs do (``"float16"``), so that the keys the
+    guard records load back; pydantic has no schema of its own for it."""
+    return Annotated[Any, PlainValidator(_dtype_named)] if annotation is torch.dtype else annotation
+
+
+def _dtype_named(value: Any) -> torch.dtype:
+    dtype = getattr(torch, value.removeprefix("torch."), None) if isinstance(value, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"expected a torch dtype's name such as 'float16', got {value!r}")
+    return dtype
 
 
 @functools.cache

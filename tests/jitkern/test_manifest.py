@@ -285,3 +285,39 @@ def test_an_explicit_key_breaking_what_the_public_function_requires_is_refused(t
     with pytest.raises(ManifestError, match=r"keys\[1\]\.layout: test\.axpy_aligned_out_key \[.*\]: Out_ptr \(out\): "
                                             r"no launch of this key specialises as '\*fp32', only as '\*fp32/16'$"):
         load_manifest(path)
+
+
+class DtypeShiftKernel(ShiftKernel):
+    """The kernel above, its key holding a ``torch.dtype`` as engineers first write one."""
+
+    name = "test.shift_dtype"
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        dtype: torch.dtype
+        has_bias: bool
+
+    def dispatch(self, *, has_bias, dtype=torch.float32):
+        return self.CompileKey(dtype, has_bias)
+
+    @kernel_launcher
+    def __call__(self, x, bias):
+        return LaunchSpec((1,), dict(X=x, Bias=bias, n=x.numel()), self.dispatch(has_bias=bias is not None))
+
+
+def test_a_key_holding_a_torch_dtype_loads_back_from_what_the_guard_records(tmp_path):
+    """The guard records a key as ``key_fields`` writes it (``"dtype": "torch.float32"``) and
+    ``merge-record`` adds it to the manifest's ``keys``; a kernel whose key holds a
+    ``torch.dtype`` then failed to load with pydantic's PydanticSchemaGenerationError
+    traceback (no schema for torch.dtype). Both names of a dtype load, a wrong one is named."""
+    from jitkern.kernel import key_fields
+
+    (binary,) = DtypeShiftKernel().binary_keys(DtypeShiftKernel().get_warmup_keys(has_bias=[False]))
+    recorded, by_name = key_fields(binary), {**key_fields(binary), "dtype": "float32"}
+    document = {"format_version": 1, "name": "dtypes", "targets": ["cuda:90"],
+                "kernels": [{"kernel": DtypeShiftKernel.name, "keys": [recorded, by_name]}]}
+    assert manifest_keys(load_manifest(write(tmp_path, document)))[DtypeShiftKernel.name] == [binary]  # one key
+    document["kernels"][0]["keys"] = [{**recorded, "dtype": "torch.floaty"}]
+    with pytest.raises(ManifestError, match=r"kernels\[0\]\.keys\[0\]\.dtype: Value error, expected a torch dtype's "
+                                            r"name such as 'float16', got 'torch.floaty'"):
+        load_manifest(write(tmp_path, document))
