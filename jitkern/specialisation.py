@@ -284,7 +284,8 @@ def argument_domains(kernel: "TritonJitKernel", kwargs: dict[str, Any], base: di
     """Each runtime argument's possible specialisations in ``layout``, from a key's stand-in
     ``kwargs`` (``base`` is Triton's specialisation of them).
 
-    A tensor's address: aligned, or also not where ``layout.unaligned`` says. A stride of
+    A tensor's address: aligned, or also not where ``layout.unaligned`` says (unless Triton is told
+    not to specialise it: ``do_not_specialize`` or ``..._on_alignment``). A stride of
     a tensor ``layout.strided`` names, or one that varies with the tensor's sizes (see
     ``TritonWarmupTensor.varying``): any integer; else as its stand-in. Any other integer
     (a size, a value ``__call__`` computes): any integer, unless the kernel lists it in
@@ -299,7 +300,8 @@ def argument_domains(kernel: "TritonJitKernel", kwargs: dict[str, Any], base: di
         text, value = base[param.name], kwargs[param.name]
         if text.startswith("*"):
             tensor = found.tensors.get(param.name)
-            movable = tensor is not None and layout.allows_unaligned(tensor) and not param.do_not_specialize_on_alignment
+            movable = (tensor is not None and layout.allows_unaligned(tensor)
+                       and not (param.do_not_specialize or param.do_not_specialize_on_alignment))
             unaligned = text.replace("/16", "")
             aligned = unaligned.replace(LARGE, "/16" + LARGE) if unaligned.endswith(LARGE) else unaligned + "/16"
             domains[param.name] = (aligned, unaligned) if movable else (text,)

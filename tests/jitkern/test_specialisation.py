@@ -128,3 +128,35 @@ def test_a_tuple_argument_is_refused_by_name_as_its_items_layouts_cannot_be_name
     with pytest.raises(TypeError, match="_pair_sum_kernel: runtime argument Pair is a tuple; Triton specialises "
                                         "each of its items"):
         kernel.binary_keys(kernel.get_warmup_keys())
+
+
+@triton.jit(do_not_specialize=["X"])
+def _unspecialised_pointer_kernel(X, BLOCK: tl.constexpr):
+    tl.store(X + tl.arange(0, BLOCK), 0.0)
+
+
+class UnspecialisedPointerKernel(OffsetKernel):
+    name = "tests.unspecialised_pointer"
+    kernel = _unspecialised_pointer_kernel
+
+    def warmup_inputs(self, key):
+        return dict(x=TritonWarmupTensor(torch.float32, shape=(64,)), offset=0, block=key.block)
+
+    @kernel_launcher
+    def __call__(self, x, offset, block):
+        return LaunchSpec((1,), dict(X=x), self.dispatch(block=block))
+
+
+def test_a_pointer_triton_does_not_specialise_takes_one_binary_whatever_the_layout_says():
+    """``do_not_specialize`` on a pointer leaves its alignment out of Triton's key, as
+    ``do_not_specialize_on_alignment`` does. A layout listing it as ``unaligned`` gave an
+    aligned binary too, whose stand-ins Triton specialises as the other: the warmup of
+    that key failed with WarmupMismatch."""
+    from jitkern import Layout
+
+    kernel = UnspecialisedPointerKernel()
+    binaries = kernel.binary_keys(kernel.get_warmup_keys(), Layout(unaligned=frozenset({"x"})))
+    for binary in binaries:
+        kernel.compile(binary)  # under the interpreter: builds its stand-ins, checks them with Triton
+    x = TritonWarmupTensor(torch.float32, shape=(64,), aligned=False)
+    assert binaries == [kernel.binary_key(kernel.launch_spec(x, 0, 16))]
