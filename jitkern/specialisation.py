@@ -345,6 +345,9 @@ def explain_miss(launched: dict[str, str], warmed: list[dict[str, str]], origins
             reasons.append(f"{origins.describe(name)}: {_words(text)}; warmed binaries {warmed_words}")
     if reasons:
         return "; ".join(reasons)
+    if launched in warmed:
+        return ("its binary was warmed, but not where Triton looked it up: on another device than the one it was "
+                "loaded on, or with other constants (a setting constants(key) reads changed since)")
     differing = layout_text({name: text for name, text in launched.items()
                              if any(binary.get(name) != text for binary in warmed)})
     return f"each argument's layout was warmed, but not together: {differing}"

@@ -120,3 +120,27 @@ def test_launch_hooks_fire():
 
 def test_pytest_fixture_is_registered(pytestconfig):
     assert pytestconfig.pluginmanager.has_plugin("jitkern")
+
+
+def test_a_miss_of_a_binary_the_process_holds_is_told_as_such(monkeypatch):
+    """On another device than the binaries were loaded on (a second GPU of the process),
+    Triton misses a layout the process holds. The guard said "each argument's layout was
+    warmed, but not together: n_elements:i32/16", blaming an argument that was warmed."""
+    from triton.runtime.driver import driver
+
+    from jitkern import settings
+
+    x, y = torch.randn(1000), torch.randn(1000)
+    KERNEL.forget_binaries()
+    try:
+        with settings.scope(direct_launch=False):  # Triton's path: its binaries are per device
+            KERNEL.compile(KERNEL.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
+            monkeypatch.setattr(driver.active, "device", "another device")
+            with pytest.raises(UnexpectedCompile, match=r"launch missed the warmed binaries: jitkern.example.axpy\["
+                                                        r"dtype=float32,block_size=1024,layout=n_elements:i32\] \(its "
+                                                        r"binary was warmed, but not where Triton looked it up: on "
+                                                        r"another device"):
+                with assert_no_compile():
+                    axpy(x, y, 2.0)
+    finally:
+        KERNEL.forget_binaries()  # held without direct launches: later tests prepare their own
