@@ -150,6 +150,7 @@ def test_usage_mistakes_are_one_line_before_anything_is_compiled_or_written(tmp_
         (["--remote", "redis://127.0.0.1:port/0", "--check"], 2, "Port could not be cast to integer"),
         (["--remote", f"redis://127.0.0.1:{port}/0"], 1, f"redis://127.0.0.1:{port}/0: connecting failed"),
         (["--load"], 1, "--load loads the binaries onto this machine's GPU, and there is none here"),
+        (["--target", "cuda:80,cuda:999"], 2, "target 'cuda:999': Triton 3.6.0 compiles for no such GPU"),
     ]
     for arguments, returncode, message in mistakes:
         run = warmup(EXAMPLE, "--target", "cuda:90", *arguments, cache_dir=cache)

@@ -60,6 +60,16 @@ def test_a_bad_target_name_is_refused_with_the_expected_forms(bad):
         parse_target(bad)
 
 
+@pytest.mark.parametrize("unknown", ["cuda:999", "cuda:88", "cuda:10", "hip:gfx000", "hip:gfx940", "hip:gfx9ff"])
+def test_a_target_triton_cannot_compile_for_is_refused_naming_those_it_can(unknown):
+    """Of the right form but no GPU Triton compiles for: each key would fail (or end the worker)."""
+    backend = unknown.split(":")[0]
+    with pytest.raises(ValueError, match=rf"target '{unknown}': Triton 3\.6\.0 compiles for no such GPU; "
+                                         rf"its {backend} targets: {backend}:") as refused:
+        parse_targets(f"cuda:90,{unknown}")
+    assert all(name in str(refused.value) for name in SUPPORTED_TARGETS if name.startswith(backend))
+
+
 def test_a_target_list_is_checked_and_deduplicated():
     assert parse_targets("cuda:80, hip:gfx942,cuda:80") == ["cuda:80", "hip:gfx942"]
     with pytest.raises(ValueError, match="an empty name"):
