@@ -184,6 +184,10 @@ class MissingBinary(RuntimeError):
     """``load`` found keys that the cache lacks or holds damaged; it compiled none of them."""
 
 
+class NoGPU(RuntimeError):
+    """``load`` was called on a machine with no GPU, where there is nothing to load onto."""
+
+
 def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     """Warm start: load every binary of the manifests into this process, compiling nothing.
 
@@ -192,7 +196,8 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     prepared, so the first request launches at full speed. Keys the cache lacks, or holds
     damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
     cache made by another compiler build is reported in one line, with the count. Each
-    kernel's launch is then rehearsed, launching nothing (``jitkern.rehearsal``).
+    kernel's launch is then rehearsed, launching nothing (``jitkern.rehearsal``). On a
+    machine with no GPU it raises ``NoGPU``.
     """
     with _collector_paused():
         from jitkern import registry
@@ -227,6 +232,9 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
     if interpreting():
         resolve(manifest_paths, target=None)  # the manifests' errors, as below
         return []
+    if local_target() is None:  # else Triton's "0 active drivers" traceback, from deep inside
+        raise NoGPU("load() loads the binaries onto this machine's GPU, and there is none here "
+                    "(python -m jitkern.warmup MANIFEST --check checks a cache with no GPU)")
     start_process()  # once per process: not a cost of any one binary
     fingerprint = load_memo.deployment_fingerprint(manifest_paths) if settings.current().load_memo else None
     memo = load_memo.read_memo(fingerprint) if fingerprint else None

@@ -174,6 +174,21 @@ def test_load_takes_this_gpus_target_from_a_multi_target_cache(triton_cache, tmp
 
 
 @pytest.mark.compiled
+def test_load_on_a_machine_with_no_gpu_says_so_in_one_line(triton_cache, tmp_path):
+    """A serving process started where there is no GPU (a CPU node, a container without the
+    driver): one error naming the problem, not Triton's traceback about active drivers."""
+    from jitkern.warmup import load
+
+    manifest = small_manifest(tmp_path / "axpy.json", "float32")
+    assert warmup(manifest, "--jobs", "1", cache_dir=triton_cache).returncode == 0
+    with pytest.raises(RuntimeError) as refused:  # jitkern.warmup.NoGPU
+        load([str(manifest)])
+    assert type(refused.value).__name__ == "NoGPU"
+    assert str(refused.value).startswith("load() loads the binaries onto this machine's GPU, and there is none here")
+    assert len(str(refused.value).splitlines()) == 1
+
+
+@pytest.mark.compiled
 def test_without_a_target_each_manifest_is_compiled_for_its_own_targets(tmp_path):
     a100 = small_manifest(tmp_path / "a100.json", "float32", ["cuda:80"])
     mi300 = small_manifest(tmp_path / "mi300.json", "float16", ["hip:gfx942", "hip:gfx950"])
