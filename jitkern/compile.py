@@ -214,10 +214,13 @@ def _build_cuda_utils(cache_dir: str) -> None:
 @functools.cache
 def _build_c_launch(cache_dir: str) -> None:
     """The direct launch's C module: once per cache and process (``cache_dir`` keys the
-    memo). It calls no driver, so it links against nothing and loads on any machine."""
+    memo). It calls no driver, so it links against nothing and loads on any machine; with
+    no driver here it is built by the stand-in's compiler too, whose builds are reproducible."""
     from triton.runtime.build import compile_module_from_src
 
-    compile_module_from_src(c_launch.SOURCE, c_launch.NAME)
+    stand_in = _stand_in_libcuda()
+    with _environment(CC=stand_in.compiler if stand_in else None):
+        compile_module_from_src(c_launch.SOURCE, c_launch.NAME)
 
 
 def _build_host_module(c_source: str, name: str) -> None:
@@ -261,7 +264,10 @@ def _stand_in_libcuda() -> _StandIn | None:
 
     The stand-in defines no CUDA function, so the linker would drop it from the
     launcher's dependencies (``--as-needed``) and the GPU process could not resolve the
-    launcher's CUDA calls: the compiler wrapper passes ``--no-as-needed``.
+    launcher's CUDA calls: the compiler wrapper passes ``--no-as-needed``. Triton writes
+    each C source into a new temporary folder, whose path ``assert`` would put into the
+    module (``__FILE__``), so two builds of one source differed (and so did the lock's
+    digest): the wrapper maps that folder to ``.``.
     """
     if _stand_in:
         return _stand_in[0]
@@ -282,7 +288,9 @@ def _stand_in_libcuda() -> _StandIn | None:
     real_compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or "cc"
     compiler = os.path.join(folder, "cc")
     with open(compiler, "w") as wrapper:
-        wrapper.write(f'#!/bin/sh\nexec "{real_compiler}" -Wl,--no-as-needed "$@"\n')
+        wrapper.write("#!/bin/sh\n"
+                      'for arg do case "$arg" in *.c) set -- "-ffile-prefix-map=${arg%/*}=." "$@"; break;; esac; done\n'
+                      f'exec "{real_compiler}" -Wl,--no-as-needed "$@"\n')
     os.chmod(compiler, 0o755)
     source = os.path.join(folder, "stand_in.c")
     with open(source, "w") as file:

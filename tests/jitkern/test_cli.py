@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from warmup_testing import EXAMPLE, REPO, cache_entries, cli, launchers, report_of, totals, warmup
+from warmup_testing import EXAMPLE, REPO, cache_entries, cli, example_manifest, launchers, report_of, totals, warmup
 
 pytestmark = pytest.mark.compiled
 
@@ -39,6 +39,21 @@ def test_compile_then_everything_cached_then_check_finds_a_deleted_entry(tmp_pat
     assert missing_line.endswith("for cuda:90: not in the cache")
     rerun = report_of([EXAMPLE, "--target", "cuda:90"], cache, tmp_path)
     assert totals(rerun) == {"keys": 72, "compiled": 1, "cached": 71, "failed": 0}
+
+
+def test_two_warmups_into_fresh_caches_write_the_same_bytes_and_lock(tmp_path):
+    """The host C modules (launchers, cuda_utils, jitkern_launch) are built from sources
+    Triton writes into a new temporary folder each time; a build must not keep that path,
+    or every warmup (and every repair) gives another lock digest than the one pinned."""
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    caches = [tmp_path / "first", tmp_path / "second"]
+    for cache in caches:
+        assert warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache).returncode == 0
+    modules = [sorted(str(path.relative_to(cache)) for path in cache.glob("*/*.so")) for cache in caches]
+    assert modules[0] == modules[1] and len(modules[0]) == 4  # two launchers, cuda_utils, jitkern_launch
+    for name in modules[0]:
+        assert (caches[0] / name).read_bytes() == (caches[1] / name).read_bytes(), name
+    assert (caches[0] / "jitkern-lock.json").read_bytes() == (caches[1] / "jitkern-lock.json").read_bytes()
 
 
 def test_list_prints_every_key_and_the_count(tmp_path):
