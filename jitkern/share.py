@@ -62,6 +62,19 @@ def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:
     return path, digest(data)
 
 
+def unreadable_lock(cache_dir: str) -> str | None:
+    """Why the cache's own lock cannot be read, or None (it reads, or there is none yet).
+    Such a lock shows no damage, and the next warmup replaces it by its own keys' lock."""
+    path = os.path.join(cache_dir, LOCK_FILE)
+    try:
+        Lock.from_bytes(_read(path), path)
+    except FileNotFoundError:
+        return None
+    except (OSError, LockError) as error:
+        return str(error)
+    return None
+
+
 def write_atomically(path: str, data: bytes) -> None:
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "wb") as file:
@@ -139,4 +152,5 @@ def _read(path: str) -> bytes:
         return file.read()
 
 
-__all__ = ["LockResult", "PublishResult", "build_lock", "check_remote", "deployment_name", "publish", "write_lock"]
+__all__ = ["LockResult", "PublishResult", "build_lock", "check_remote", "deployment_name", "publish", "unreadable_lock",
+           "write_lock"]

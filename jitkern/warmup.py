@@ -36,7 +36,7 @@ from jitkern import settings
 from jitkern.settings import interpreting
 from jitkern.specialisation import BinaryKey
 from jitkern.remote import RedisStore, RemoteUnavailable
-from jitkern.share import build_lock, check_remote, deployment_name, publish, write_lock
+from jitkern.share import build_lock, check_remote, deployment_name, publish, unreadable_lock, write_lock
 from jitkern.targets import local_target, parse_target, parse_targets, target_name
 
 if TYPE_CHECKING:  # the manifests' module imports pydantic (0.1 s): a load() from its memo never needs it
@@ -454,12 +454,15 @@ def main(argv: list[str] | None = None) -> int:
         checked = run_check(plan, progress)
         for line in checked.foreign:
             print(line)
+        damaged_lock = unreadable_lock(cache_directory())
+        if damaged_lock is not None:
+            print(f"the cache's lock cannot be read, so it shows no damage: {damaged_lock} (a warmup writes it anew)")
         if not checked.ok:
             print(f"{len(checked.unusable)} of {checked.total} keys cannot be used from the cache:")
             print("\n".join(f"  {line}" for line in checked.unusable))
             return 1
         print(f"all {checked.total} keys in the cache, whole")
-        return 0
+        return 0 if damaged_lock is None else 1
     if store is not None and not _reachable(store):
         return 1
     try:
@@ -487,8 +490,12 @@ def main(argv: list[str] | None = None) -> int:
     for failure in summary["failures"]:
         print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])} for {failure['target']}:\n  {failure['error']}",
               file=sys.stderr)
+    damaged_lock = unreadable_lock(cache_directory())
     locked = build_lock(plan.tasks())
     path, lock_digest = write_lock(cache_directory(), locked.lock)
+    if damaged_lock is not None:
+        print(f"replaced the cache's unreadable lock ({damaged_lock}): it locks this run's keys only",
+              file=sys.stderr)
     print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
     for line in locked.unlocked:
         print(f"not locked: {line}", file=sys.stderr)
@@ -589,6 +596,9 @@ def _pack(argv: list[str]) -> int:
         plan, _note = resolve(args.manifests, args.target)
     except (ManifestError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    if len(plan.targets) > 1:  # a wheel names the one target its makers compiled for
+        print(f"error: --target {args.target}: pack writes one wheel per target; run it once for each", file=sys.stderr)
         return 2
     with _checking_every_file():  # packed only as a serving process would load them
         locked = build_lock(plan.tasks(), verified=True)

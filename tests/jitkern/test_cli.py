@@ -174,6 +174,10 @@ def test_usage_mistakes_are_one_line_before_anything_is_compiled_or_written(tmp_
         assert not cache.exists()
     pack = cli("pack", EXAMPLE, "--target", "cuda:90", "--out", tmp_path / "a-file", cache_dir=cache)
     assert (pack.returncode, pack.stderr) == (2, f"error: --out {tmp_path}/a-file: not a directory\n")
+    fleet = cli("pack", EXAMPLE, "--target", "cuda:90,cuda:80", "--out", tmp_path / "dist", cache_dir=cache)
+    assert (fleet.returncode, fleet.stderr) == (
+        2, "error: --target cuda:90,cuda:80: pack writes one wheel per target; run it once for each\n")
+    assert not (tmp_path / "dist").exists()
 
 
 def test_an_interrupted_warmup_says_so_in_one_line(tmp_path):

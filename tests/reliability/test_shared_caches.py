@@ -264,6 +264,23 @@ def test_a_warmup_replaces_a_file_its_own_lock_shows_changed_instead_of_locking_
     assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache).returncode == 0
 
 
+def test_an_unreadable_lock_fails_the_check_and_a_warmup_writes_it_anew(tmp_path):
+    """A cut or garbled lock shows no damage of the entries (and cannot be pinned): --check
+    says so instead of passing, and the next warmup writes the same lock again."""
+    manifest, cache, lock, lock_digest = warmed_and_locked(tmp_path)
+    data = (cache / LOCK_FILE).read_bytes()
+    for damaged in (data[:random.randrange(1, len(data) - 2)], data.replace(b'"entries"', b'"entrie\xff"')):
+        (cache / LOCK_FILE).write_bytes(damaged)
+        check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache)
+        assert check.returncode == 1, check.stdout
+        assert f"the cache's lock cannot be read, so it shows no damage: {cache / LOCK_FILE}: not a valid jitkern lock" \
+            in check.stdout
+        rerun = warmup(manifest, "--target", "cuda:90", cache_dir=cache)
+        assert rerun.returncode == 0 and "replaced the cache's unreadable lock" in rerun.stderr, rerun.stderr
+        assert hashlib.sha256((cache / LOCK_FILE).read_bytes()).hexdigest() == lock_digest
+        assert warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache).returncode == 0
+
+
 # --- cache wheels ---------------------------------------------------------------------------
 
 
