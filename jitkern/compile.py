@@ -128,11 +128,14 @@ def compile_tasks(
 def prepare_triton() -> None:
     """Triton's one-time work before its first binary: hashing its own build
     (``triton_key()``: its sources and libtriton, 0.7 s on our CPU machine) and importing
-    its Gluon modules (0.16 s). Done before forking, workers inherit both."""
+    its Gluon modules (0.16 s). Done before forking, workers inherit both, and the
+    stand-in ``libcuda.so.1`` (one folder a run, removed when this process exits)."""
     from triton.runtime.cache import triton_key
 
     triton_key()
     import triton.experimental.gluon  # noqa: F401
+
+    _stand_in_libcuda()
 
 
 def _worker_context():
@@ -271,6 +274,7 @@ def _stand_in_libcuda() -> _StandIn | None:
     """
     if _stand_in:
         return _stand_in[0]
+    import atexit
     import shutil
     import subprocess
     import tempfile
@@ -285,6 +289,7 @@ def _stand_in_libcuda() -> _StandIn | None:
     except (AssertionError, OSError, subprocess.CalledProcessError):
         pass
     folder = tempfile.mkdtemp(prefix="jitkern-libcuda-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # forked workers leave it to their parent
     real_compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or "cc"
     compiler = os.path.join(folder, "cc")
     with open(compiler, "w") as wrapper:

@@ -56,6 +56,18 @@ def test_two_warmups_into_fresh_caches_write_the_same_bytes_and_lock(tmp_path):
     assert (caches[0] / "jitkern-lock.json").read_bytes() == (caches[1] / "jitkern-lock.json").read_bytes()
 
 
+def test_a_warmup_with_workers_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """Each worker made its own stand-in libcuda folder there and none was removed: CI
+    machines gathered thousands."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
+    run = warmup(manifest, "--target", "cuda:90", "--jobs", "2", cache_dir=tmp_path / "cache",
+                 env=dict(os.environ, TMPDIR=str(temporary)))
+    assert run.returncode == 0, run.stderr
+    assert list(temporary.iterdir()) == []
+
+
 def test_list_prints_every_key_and_the_count(tmp_path):
     run = warmup(EXAMPLE, "--list", cache_dir=tmp_path)
     assert run.returncode == 0
