@@ -38,7 +38,7 @@ from triton.runtime.cache import FileCacheManager
 
 from jitkern import settings
 from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch, signed
-from jitkern.remote import RedisStore, RemoteEntry, RemoteUnavailable, UnreadableRemoteKey, signed_part
+from jitkern.remote import RECORD_FILE, RedisStore, RemoteEntry, RemoteUnavailable, UnreadableRemoteKey, signed_part
 
 _UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -195,9 +195,10 @@ class JitkernCacheManager(FileCacheManager):
             return path
         if self._private_dir and os.path.exists(os.path.join(self._private_dir, filename)):
             return os.path.join(self._private_dir, filename)
-        files, _refused = _read_through(self.key)
-        if files is not None and filename in files:
-            return self.put(files[filename], filename)
+        entry, _refused = _read_through(self.key)
+        if entry is not None and filename in entry.files:
+            self.put(entry.record_bytes, RECORD_FILE)
+            return self.put(entry.files[filename], filename)
         return None
 
     def get_group(self, filename: str) -> dict[str, str] | None:
@@ -208,11 +209,12 @@ class JitkernCacheManager(FileCacheManager):
             private = inspect_entry(self._private_dir, filename)
             if private.usable:
                 return private.files
-        files, refused = _read_through(self.key)
+        entry, refused = _read_through(self.key)
         if refused is not None:
             state = EntryState(None, refused)
-        if files is not None:
-            paths = {name: self.put(data, name) for name, data in sorted(files.items())}
+        if entry is not None:
+            self.put(entry.record_bytes, RECORD_FILE)  # its signature, for processes that trust the HMAC key
+            paths = {name: self.put(data, name) for name, data in sorted(entry.files.items())}
             FileCacheManager.put_group(self, filename, paths)  # written last: the entry is whole from here on
             written = inspect_entry(os.path.dirname(paths[filename]), filename) if filename in paths else state
             if written.usable:
@@ -446,11 +448,14 @@ class Trust:
     hmac_key: str
     pinned: bool
 
-    def problem(self, folder: str, files: dict[str, bytes], remote: RemoteEntry | None = None) -> str | None:
+    def problem(self, folder: str, files: dict[str, bytes], record: dict | None = None) -> str | None:
+        """Why ``files`` of entry ``folder`` may not be loaded (None when they may): the
+        trusted locks list other files, or none lists the folder and ``record`` (from
+        Redis, or kept beside the files) is not signed with this process's HMAC key."""
         expected = self.lock.entries.get(folder)
-        if expected is None and remote is not None and signed(
-                signed_part(folder, remote.record), str(remote.record.get("hmac", "")), self.hmac_key):
-            expected = remote.record.get("files")
+        if expected is None and record is not None and signed(
+                signed_part(folder, record), str(record.get("hmac", "")), self.hmac_key):
+            expected = record.get("files")
         if expected is None:
             return _REFUSED + "not in a trusted lock"
         problem = mismatch(expected, files)
@@ -532,9 +537,31 @@ def _keep_pinned_lock(data: bytes) -> None:
 def _lock_problem(root: str, folder: str, files: dict[str, bytes]) -> str | None:
     """Why a local or wheel entry may not be loaded; None when it may."""
     trusted = trust()
-    if root == triton.knobs.cache.dir and not trusted.pinned and folder not in trusted.lock.entries:
-        return None  # a cache directory with no lock configured is trusted as before
-    return trusted.problem(folder, files)
+    own = not trusted.pinned or getattr(_building, "on", False)
+    if root == triton.knobs.cache.dir and own and folder not in trusted.lock.entries:
+        return None  # a cache directory with no lock configured (or a warmup's own) is trusted as before
+    return trusted.problem(folder, files, _kept_record(root, folder) if trusted.hmac_key else None)
+
+
+def _kept_record(root: str, folder: str) -> dict | None:
+    """The record kept beside the entry's files (``RECORD_FILE``), or None; checked by its
+    HMAC like one read from Redis, so whoever wrote it proves nothing by writing it."""
+    try:
+        record = json.loads(_read(os.path.join(root, folder, RECORD_FILE)))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+_building = threading.local()
+
+
+def building_own_cache() -> contextlib.AbstractContextManager[None]:
+    """Within the block (a warmup compiling), the cache directory is this process's own
+    work: its entries are checked whole and against its own lock, not refused for want of
+    a trusted lock or signature. ``JITKERN_LOCK_KEY`` set for a warmup is there to sign
+    what it writes, not to make it distrust and recompile its own cache."""
+    return _flag_on(_building)
 
 
 _remotes: dict[str, RedisStore | None] = {}
@@ -560,15 +587,16 @@ class RemoteCacheUnavailable(RuntimeWarning):
     """The remote tier failed once; this process reads local caches only."""
 
 
-def _read_through(folder: str) -> tuple[dict[str, bytes] | None, str | None]:
-    """A whole entry from Redis that matches the trusted lock, or why it was refused
-    (warned, one line); (None, None) when Redis is off, down or lacks it."""
+def _read_through(folder: str) -> tuple[RemoteEntry | None, str | None]:
+    """A whole entry from Redis that matches the trusted lock or is signed with the HMAC
+    key, or why it was refused (warned, one line); (None, None) when Redis is off, down
+    or lacks it."""
     store = remote_store()
     if store is None:
         return None, None
     try:
         entry = store.fetch(folder)
-        problem = None if entry is None else trust().problem(folder, entry.files, entry)
+        problem = None if entry is None else trust().problem(folder, entry.files, entry.record)
     except RemoteUnavailable as error:
         _remote_failed(error)
         return None, None
@@ -577,7 +605,7 @@ def _read_through(folder: str) -> tuple[dict[str, bytes] | None, str | None]:
     if problem is not None:
         _warn_unusable(store.url, folder, "", problem)
         return None, f"refused from {store.url}: {problem.removeprefix(_REFUSED)}"
-    return (entry.files if entry else None), None
+    return entry, None
 
 
 def _publish_serve_time_compile(folder: str, filename: str, group: dict[str, str]) -> None:
@@ -600,6 +628,6 @@ def install() -> None:
         triton.knobs.cache.manager_class = JitkernCacheManager
 
 
-__all__ = ["CacheEntryUnusable", "DamagedCacheEntry", "RefusedCacheEntry", "RemoteCacheUnavailable", "Trust",
+__all__ = ["building_own_cache", "CacheEntryUnusable", "DamagedCacheEntry", "RefusedCacheEntry", "RemoteCacheUnavailable", "Trust",
            "lookup_entry", "lookup_file", "own_lock_shows_damage", "read_roots", "remote_store", "trust", "wheel_roots", "EntryState", "JitkernCacheManager",
            "inspect_entry", "install", "refusing_compiles"]

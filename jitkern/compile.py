@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from jitkern import c_launch, hooks, registry
-from jitkern.cache import MISSING, DamagedCacheEntry, lookup_entry, lookup_file, own_lock_shows_damage
+from jitkern.cache import MISSING, DamagedCacheEntry, building_own_cache, lookup_entry, lookup_file, own_lock_shows_damage
 from jitkern.kernel import JitKernel, TritonJitKernel, key_name
 from jitkern.specialisation import BinaryKey
 from jitkern.targets import compile_only, current as current_target, fit_launch_options, parse_target
@@ -61,7 +61,9 @@ def compile_task(task: CompileTask) -> CompileOutcome:
 
     A damaged cache entry reads as absent (``jitkern.cache``), so it is compiled again
     and replaced; the outcome says what was wrong with it. So is an entry whose files
-    differ from those the cache's own lock lists: it is never locked again as it is.
+    differ from those the cache's own lock lists: it is never locked again as it is. The
+    cache directory is this warmup's own: with ``JITKERN_LOCK_KEY`` set (to sign what it
+    writes), it is not refused for want of a signature (``building_own_cache``).
     """
     kernel = registry.get_kernel(task.kernel_name)
     fresh_compiles: list[bool] = []
@@ -73,7 +75,7 @@ def compile_task(task: CompileTask) -> CompileOutcome:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DamagedCacheEntry)
         try:
-            with own_lock_shows_damage():
+            with own_lock_shows_damage(), building_own_cache():
                 with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
                     binary = kernel.compile(task.key)
                     notes = target_notes(kernel, task.key)

@@ -44,6 +44,11 @@ class RemoteEntry:
     record_bytes: bytes
 
 
+RECORD_FILE = "jitkern-record.json"
+"""An entry's record, signed, kept beside its files in a cache directory (not in its group):
+a process trusting the HMAC key then loads the entry from there as it would from Redis."""
+
+
 def entry_record(folder: str, files: dict[str, bytes], describes: str, hmac_key: str = "") -> bytes:
     record: dict[str, Any] = {"describes": describes, "files": {name: locks.digest(data) for name, data in files.items()}}
     if hmac_key:
@@ -149,5 +154,5 @@ class RedisStore:
         return value.decode() if value else None
 
 
-__all__ = ["RedisStore", "RemoteEntry", "RemoteUnavailable", "UnreadableRemoteKey", "check_url", "entry_record",
+__all__ = ["RECORD_FILE", "RedisStore", "RemoteEntry", "RemoteUnavailable", "UnreadableRemoteKey", "check_url", "entry_record",
            "signed_part"]

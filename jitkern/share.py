@@ -16,7 +16,7 @@ from typing import Any
 from jitkern import registry
 from jitkern.compile import entry_files
 from jitkern.lock import LOCK_FILE, Lock, LockError, digest, mismatch
-from jitkern.remote import RedisStore, UnreadableRemoteKey
+from jitkern.remote import RECORD_FILE, RedisStore, UnreadableRemoteKey, entry_record
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,28 @@ def build_lock(tasks: list[Any], verified: bool = False) -> LockResult:
             entries[folder] = {name: digest(_read(path)) for name, path in sorted(paths.items())}
             locked[folder] = dict(sorted(paths.items()))
     return LockResult(Lock(keys, dict(sorted(entries.items()))), unlocked, locked)
+
+
+def keep_signed_records(cache_dir: str, locked: LockResult, hmac_key: str) -> int:
+    """Sign each locked entry of ``cache_dir`` with ``hmac_key`` (``JITKERN_LOCK_KEY``): its
+    record, as ``publish`` writes it to Redis, kept beside its files (``RECORD_FILE``). A
+    process trusting the key then loads a copy of this directory as it loads from Redis.
+    Returns how many records it wrote (one already as it would write it is left)."""
+    written, here = 0, os.path.realpath(cache_dir)
+    for folder, paths in locked.paths.items():
+        if os.path.realpath(os.path.dirname(os.path.dirname(next(iter(paths.values()))))) != here:
+            continue  # an installed wheel's: trusted by its own lock
+        record = entry_record(folder, {name: _read(path) for name, path in paths.items()},
+                              locked.lock.owner(folder), hmac_key)
+        path = os.path.join(cache_dir, folder, RECORD_FILE)
+        try:
+            if _read(path) == record:
+                continue
+        except OSError:
+            pass
+        write_atomically(path, record)
+        written += 1
+    return written
 
 
 def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:
@@ -152,5 +174,5 @@ def _read(path: str) -> bytes:
         return file.read()
 
 
-__all__ = ["LockResult", "PublishResult", "build_lock", "check_remote", "deployment_name", "publish", "unreadable_lock",
-           "write_lock"]
+__all__ = ["LockResult", "PublishResult", "build_lock", "check_remote", "deployment_name", "keep_signed_records",
+           "publish", "unreadable_lock", "write_lock"]

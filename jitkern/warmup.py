@@ -36,7 +36,8 @@ from jitkern import settings
 from jitkern.settings import interpreting
 from jitkern.specialisation import BinaryKey
 from jitkern.remote import RedisStore, RemoteUnavailable
-from jitkern.share import build_lock, check_remote, deployment_name, publish, unreadable_lock, write_lock
+from jitkern.share import (build_lock, check_remote, deployment_name, keep_signed_records, publish, unreadable_lock,
+                           write_lock)
 from jitkern.targets import local_target, parse_target, parse_targets, target_name
 
 if TYPE_CHECKING:  # the manifests' module imports pydantic (0.1 s): a load() from its memo never needs it
@@ -497,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replaced the cache's unreadable lock ({damaged_lock}): it locks this run's keys only",
               file=sys.stderr)
     print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
+    if settings.current().lock_key:
+        signed = keep_signed_records(cache_directory(), locked, settings.current().lock_key)
+        print(f"signed with JITKERN_LOCK_KEY: {signed} entries' records written beside them")
     for line in locked.unlocked:
         print(f"not locked: {line}", file=sys.stderr)
     if store is not None and not _publish(plan, locked.lock, store):

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ from jitkern import guard, hooks, settings
 from jitkern.cache import inspect_entry, lookup_entry
 from jitkern.examples.axpy import axpy
 from jitkern.lock import LOCK_FILE, Lock
-from jitkern.remote import RedisStore
+from jitkern.remote import RECORD_FILE, RedisStore
 from jitkern.testing import assert_no_compile
 from jitkern.warmup import MissingBinary, load
 
@@ -168,6 +169,62 @@ def test_an_unreadable_redis_entry_is_refused_alone_and_republishing_repairs_dam
         check = warmup(manifest, "--target", "cuda:90", "--check", "--remote", server.url, cache_dir=built)
         assert check.returncode == 0 and "all 3 keys in redis://" in check.stdout, check.stdout + check.stderr
 # --- the lock and the CLI's checks ------------------------------------------------------------
+
+
+def test_a_node_trusting_the_hmac_key_restarts_on_its_local_copies_with_redis_down(dry_run_gpu, triton_cache,
+                                                                                   tmp_path):
+    """A node trusting Redis through ``JITKERN_LOCK_KEY`` alone keeps each entry it took from
+    Redis with its signed record, so a restart with Redis down loads them from its cache
+    directory. Before, it refused every local copy ('not in a trusted lock'): it fetched
+    everything again, and with Redis down it could not start. A copy changed on disk, or a
+    record rewritten to match it, is still refused."""
+    manifest = example_manifest(tmp_path / "m.json", dtypes=[random.choice(["float32", "float16", "bfloat16"])])
+    secret = f"fleet-{random.getrandbits(64):x}"
+    with redis_server(tmp_path) as server:
+        run, _ = publish(manifest, tmp_path / "built", server.url, JITKERN_LOCK_KEY=secret)
+        assert run.returncode == 0, run.stderr
+        assert serve(manifest, remote_cache=server.url, lock_key=secret) == ("loaded", [])
+    assert serve(manifest, remote_cache=server.url, lock_key=secret, remote_timeout=0.5) == ("loaded", [])
+
+    lock = Lock.from_bytes((tmp_path / "built" / LOCK_FILE).read_bytes(), "lock")
+    victim_key = random.choice(sorted(lock.keys))
+    victim = binary_entry(lock, victim_key)
+    cubin = next(triton_cache.glob(f"{victim}/*.cubin"))
+    flip_a_byte(cubin)
+    changed, _ = serve(manifest, remote_cache=server.url, lock_key=secret, remote_timeout=0.5)
+    assert changed.startswith("1 of 3 keys are not usable") and f"{cubin.name} does not match the lock" in changed, changed
+    record = json.loads((triton_cache / victim / RECORD_FILE).read_text())
+    record["files"][cubin.name] = hashlib.sha256(cubin.read_bytes()).hexdigest()  # the HMAC no longer matches
+    (triton_cache / victim / RECORD_FILE).write_text(json.dumps(record))
+    forged, _ = serve(manifest, remote_cache=server.url, lock_key=secret, remote_timeout=0.5)
+    assert forged.startswith("1 of 3 keys are not usable") and "not in a trusted lock" in forged, forged
+
+
+def test_a_warmup_with_the_hmac_key_signs_its_cache_and_does_not_distrust_it(triton_cache, tmp_path):
+    """``JITKERN_LOCK_KEY`` set for a warmup signs each entry beside its files, so a copy of
+    the directory serves nodes that trust that key alone; warming again compiles nothing.
+    Before, the second warmup refused its own entries as unsigned and compiled every key
+    again, and nodes trusting the key alone refused the copy."""
+    manifest = example_manifest(tmp_path / "m.json", dtypes=[random.choice(["float32", "float16", "bfloat16"])])
+    secret = f"fleet-{random.getrandbits(64):x}"
+    signed = dict(os.environ, JITKERN_LOCK_KEY=secret)
+    first = warmup(manifest, "--target", "cuda:90", cache_dir=tmp_path / "built", env=signed)
+    assert first.returncode == 0 and "signed with JITKERN_LOCK_KEY: " in first.stdout, first.stdout + first.stderr
+    again = warmup(manifest, "--target", "cuda:90", cache_dir=tmp_path / "built", env=signed)
+    assert again.returncode == 0 and "replaced" not in again.stderr, again.stderr
+    assert re.search(r"all\s+total\s+3\s+0\s+3\s+0\s", again.stdout), again.stdout  # keys, compiled, cached, failed
+    assert "signed with JITKERN_LOCK_KEY: 0 entries' records written" in again.stdout
+    unsigned = warmup(manifest, "--target", "cuda:90", cache_dir=tmp_path / "unsigned")
+    assert unsigned.returncode == 0 and "signed with" not in unsigned.stdout
+
+    from jitkern.testing import dry_run_gpu as gpu
+
+    for copied, expected in (("built", "loaded"), ("unsigned", "3 of 3 keys are not usable")):
+        shutil.rmtree(triton_cache)
+        shutil.copytree(tmp_path / copied, triton_cache)
+        with gpu("cuda:90"):
+            outcome, _ = serve(manifest, lock_key=secret)
+        assert outcome.startswith(expected) and (copied == "built" or "not in a trusted lock" in outcome), outcome
 
 
 def warmed_and_locked(tmp_path):
