@@ -38,3 +38,34 @@ def same_device(**tensors: torch.Tensor) -> torch.device:
         if tensor.device != expected:
             raise ValueError(f"{name}: on {tensor.device}, expected {expected} like the other inputs")
     return expected
+
+
+def first_outside(values: torch.Tensor, low: int, high: int | None = None, *, padding: int | None = None,
+                  where: torch.Tensor | None = None) -> int | None:
+    """The position of the first of ``values`` (1-D) outside ``[low, high)`` (``high`` None:
+    no upper bound), not counting ``padding`` entries nor those ``where`` is False; None when
+    there is none. It reads the values: call it for CPU tensors only (on a GPU, a device sync)."""
+    values = values.long()  # an int32 tensor compared with 2**31 would wrap the bound
+    bad = values < low
+    if high is not None:
+        bad |= values >= high
+    if padding is not None:
+        bad &= values != padding
+    if where is not None:
+        bad &= where
+    hits = bad.nonzero()
+    return int(hits[0, 0]) if len(hits) else None
+
+
+def check_values_in(name: str, values: torch.Tensor, low: int, high: int | None = None, *,
+                    padding: int | None = None, where: torch.Tensor | None = None, note: str = "") -> None:
+    """Index values the kernels address memory with are in ``[low, high)`` (or ``padding``),
+    where ``where`` holds; else one ``ValueError`` naming the first bad entry and the range.
+    CPU tensors only (``first_outside``)."""
+    at = first_outside(values, low, high, padding=padding, where=where)
+    if at is None:
+        return
+    valid = f"in [{low}, {high})" if high is not None else f">= {low}"
+    if padding is not None:
+        valid = f"{padding} (padding) or {valid}"
+    raise ValueError(f"{name}: {name}[{at}] = {int(values[at])}; expected {valid}{note}")

@@ -2,19 +2,23 @@
 
 They read only shapes, strides, dtypes and devices, never tensor values, so they cost
 the hot path no device synchronisation. Each failure is a ``ValueError`` naming the
-argument, raised before anything is launched.
+argument, raised before anything is launched. On the CPU (Triton's interpreter, where a
+kernel's out-of-range address reads or corrupts host memory), the ``check_*_values``
+functions also check the index values the kernels address memory with: free there, a
+device sync on a GPU, where they are never called.
 """
 
 from __future__ import annotations
 
 import torch
 
-from jitkern.validation import check_int, check_strides_below_i32
+from jitkern.validation import check_int, check_strides_below_i32, check_values_in, first_outside
 from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 RING_ROW = 512
 SIZE_LIMIT = 2**30  # tokens, requests: what the kernels compute from them stays i32 (their binaries)
+METADATA_SLOT_LIMIT = 2**31  # build_prefill_groups' metadata holds KV slots as int32
 
 
 def _describe(tensor) -> str:
@@ -88,3 +92,100 @@ def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], dev
         raise ValueError(f"{name}: must be contiguous, got strides {tuple(tensor.stride())}")
     if tensor.device != device:
         raise ValueError(f"{name}: on {tensor.device}, expected {device} like the other inputs")
+
+
+# --- index values, on the CPU only ------------------------------------------------------------
+
+
+def check_decode_values(slots, positions, ring_base, mean, ring, capacity: int) -> None:
+    """``update_decode``'s index values."""
+    _check_token_values(slots, positions, _kv_slots(mean), "the KV slots of mean")
+    _check_ring_base(ring_base, ring, capacity)
+
+
+def check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:
+    """``update_verify``'s index values. ``seq_lens`` address nothing (a token at a negative
+    position is skipped) but are lengths: not negative."""
+    check_values_in("slots", slots, 0, _kv_slots(mean), padding=-1, note=" (the KV slots of mean)")
+    _check_query_start_loc(query_start_loc, slots.shape[0])
+    check_values_in("seq_lens", seq_lens, 0)
+    _check_ring_base(ring_base, ring, capacity)
+
+
+def check_build_values(slots, positions, owners, query_start_loc) -> None:
+    """``build_prefill_groups``' index values: what its metadata carries to ``update_prefill``.
+    A padding token (slot -1) may carry any owner and position, as the kernel skips it."""
+    _check_token_values(slots, positions, METADATA_SLOT_LIMIT, "the metadata holds int32 slots")
+    requests = query_start_loc.shape[0] - 1
+    check_values_in("owners", owners, 0, requests, where=slots != -1,
+                    note=" (the requests of query_start_loc, for a token with a KV slot)")
+    _check_query_start_loc(query_start_loc, slots.shape[0])
+
+
+def check_prefill_values(metadata, positions, ring_base, ring_slots, mean, ring, capacity: int,
+                         n_groups: int) -> None:
+    """``update_prefill``'s index values, the metadata's rows among them: those
+    ``build_prefill_groups`` made of this step's inputs address only this step's tokens,
+    KV slots in ``mean`` and ring rows after this step's positions."""
+    _check_ring_base(ring_base, ring, capacity)
+    check_values_in("ring_slots", ring_slots, 0, ring.shape[0], padding=-1, note=" (the ring's rows)")
+    tokens = positions.shape[0]
+    if tokens:
+        _check_group_rows(metadata[:n_groups].long(), positions, _kv_slots(mean))
+    _check_request_rows(metadata, n_groups, tokens)
+
+
+def _kv_slots(mean) -> int:
+    return mean.shape[0] * mean.shape[1] * 8
+
+
+def _check_token_values(slots, positions, slot_limit: int, slot_note: str) -> None:
+    check_values_in("slots", slots, 0, slot_limit, padding=-1, note=f" ({slot_note})")
+    check_values_in("positions", positions, 0, where=slots != -1, note=" (a token with a KV slot)")
+
+
+def _check_ring_base(ring_base, ring, capacity: int) -> None:
+    rows = ring.shape[0]
+    check_values_in("ring_base", ring_base, 0, rows - capacity + 1, padding=-1,
+                    note=f" (a request's {capacity} rows from its base must fit the ring's {rows})")
+
+
+def _check_query_start_loc(query_start_loc, tokens: int) -> None:
+    """Cumulative token counts of the step: non-decreasing, in ``[0, tokens]``."""
+    check_values_in("query_start_loc", query_start_loc, 0, tokens + 1, note=f" (the step has {tokens} tokens)")
+    starts = query_start_loc.long()
+    at = first_outside(starts[1:] - starts[:-1], 0)
+    if at is not None:
+        raise ValueError(f"query_start_loc: query_start_loc[{at + 1}] = {int(starts[at + 1])} is less than "
+                         f"query_start_loc[{at}] = {int(starts[at])}; expected cumulative token counts")
+
+
+def _check_group_rows(groups, positions, kv_slots: int) -> None:
+    """Rows ``[closing token, KV slot, rows from the ring]``, or -1 rows (unused)."""
+    tokens = positions.shape[0]
+    token, slot, ring_rows = groups.unbind(1)
+    position = positions.long()[token.clamp(0, tokens - 1)]
+    rules = (  # (field, its values, which are good, the valid range)
+        ("token", token, (token >= 0) & (token < tokens), f"in [0, {tokens}) (the step's tokens)"),
+        ("KV slot", slot, (slot >= 0) & (slot < kv_slots), f"in [0, {kv_slots}) (the KV slots of mean)"),
+        ("ring rows", ring_rows, (ring_rows >= 0) & (ring_rows <= 7) & (token + ring_rows >= 7),
+         "in [max(0, 7 - token), 7]"),
+        ("the token's position", position, (position >= 7) & (position % 8 == 7),
+         "7 mod 8 and >= 7, as a closing token's is"),
+    )
+    for field, values, good, valid in rules:
+        at = first_outside(good.long(), 1, where=token != -1)
+        if at is not None:
+            raise ValueError(f"metadata: row {at} = {groups[at].tolist()}: {field} {int(values[at])} is not {valid}; "
+                             "pass the metadata build_prefill_groups made of this step")
+
+
+def _check_request_rows(metadata, n_groups: int, tokens: int) -> None:
+    """Rows ``[first, end, _]`` naming a request's last tokens ``first .. end - 1``, or -1 rows."""
+    first, end = metadata[n_groups:, 0].long(), metadata[n_groups:, 1].long()
+    good = (first >= 0) & (first <= end) & (end <= tokens)
+    at = first_outside(good.long(), 1, where=first != -1)
+    if at is not None:
+        raise ValueError(f"metadata: row {n_groups + at} = {metadata[n_groups + at].tolist()}: tokens "
+                         f"[{int(first[at])}, {int(end[at])}) are not within the step's [0, {tokens}); "
+                         "pass the metadata build_prefill_groups made of this step")

@@ -145,6 +145,9 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         )
 
 
+from step5.ops._validate import check_decode_values  # noqa: E402 - not above the kernel
+
+
 @public_call
 def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
@@ -155,6 +158,9 @@ def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int
     check_index("ring_base", ring_base, tokens)
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=0)
-    check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean, ring=ring)
+    device = check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean,
+                               ring=ring)
+    if device.type == "cpu":
+        check_decode_values(slots, positions, ring_base, mean, ring, capacity)
     if tokens:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

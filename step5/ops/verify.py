@@ -170,6 +170,9 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         )
 
 
+from step5.ops._validate import check_verify_values  # noqa: E402 - not above the kernel
+
+
 @public_call
 def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
@@ -192,7 +195,9 @@ def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, rin
         raise ValueError(f"key: no tokens for {requests} requests")
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
-    check_same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
-                      ring_base=ring_base, mean=mean, ring=ring)
+    device = check_same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
+                               ring_base=ring_base, mean=mean, ring=ring)
+    if device.type == "cpu":
+        check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
     if requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
