@@ -18,7 +18,7 @@ import triton.language as tl
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
 from jitkern.call_plan import public_call
 from jitkern import cdiv, kernel_launcher, keys, next_power_of_2
-from jitkern.validation import check_int
+from jitkern.validation import check_int, first_outside
 from deepseek_v4.common import (
     FLOAT_DTYPE,
     INDEX_DTYPES,
@@ -371,5 +371,5 @@ def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> N
     if bool(stored.any()) and int(positions[stored].min()) < 0:
         raise ValueError("positions: must be >= 0 (the kernel's % truncates, Python's floors)")
     slots = state_cache.shape[0] * block_size
-    if int(slot_mapping.min()) < -1 or int(slot_mapping.max()) >= slots:
+    if first_outside(slot_mapping, 0, slots, padding=-1) is not None:
         raise ValueError(f"slot_mapping: slots must be -1 (padding) or in [0, {slots})")

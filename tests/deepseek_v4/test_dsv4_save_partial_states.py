@@ -146,6 +146,23 @@ def test_wrong_inputs_raise_before_any_launch(monkeypatch, change, argument):
         save_partial_states(**_bad(inputs, **change(inputs)))
 
 
+@HOST_VALUES
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_slot_mapping_out_of_range_is_refused_with_its_message(monkeypatch, index_dtype):
+    """Past the cache (one past its end, far past, 2**31 wrapping nothing) or negative
+    other than -1: the one message, whatever the position and dtype."""
+    inputs, _ = _case(8, 16, 16, 4, 4, blocks=4, index_dtype=index_dtype)
+    monkeypatch.setattr(TritonJitKernel, "launch", lambda *a: pytest.fail("launched despite a bad input"))
+    slots = inputs["state_cache"].shape[0] * inputs["block_size"]
+    large = 2**31 - 1 if index_dtype == torch.int32 else 2**40
+    for value in (slots, large, random.randint(-(2**31), -2)):
+        slot_mapping = inputs["slot_mapping"].clone()
+        slot_mapping[random.randrange(8)] = value
+        with pytest.raises(ValueError) as refused:
+            save_partial_states(**_bad(inputs, slot_mapping=slot_mapping))
+        assert str(refused.value) == f"slot_mapping: slots must be -1 (padding) or in [0, {slots})"
+
+
 def test_warmup_keys_follow_the_spec_table():
     kernel = SavePartialStatesKernel()
     assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
