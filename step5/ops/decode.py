@@ -145,7 +145,7 @@ class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
         )
 
 
-from step5.ops._validate import check_decode_values  # noqa: E402 - not above the kernel
+from step5.ops._validate import check_decode_values, runs_on_host  # noqa: E402 - below the kernel
 
 
 @public_call
@@ -160,7 +160,7 @@ def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int
     check_ring(ring, capacity, draft_tokens=0)
     device = check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean,
                                ring=ring)
-    if device.type == "cpu":
+    if runs_on_host(device):
         check_decode_values(slots, positions, ring_base, mean, ring, capacity)
     if tokens:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

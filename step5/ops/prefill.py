@@ -359,7 +359,7 @@ class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
         )
 
 
-from step5.ops._validate import check_build_values, check_prefill_values  # noqa: E402 - not above the kernels
+from step5.ops._validate import check_build_values, check_prefill_values, runs_on_host  # noqa: E402 - below the kernels
 
 
 @public_call
@@ -393,8 +393,8 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
     if query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
     device = check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
-    if device.type == "cpu":
-        check_build_values(slots, positions, owners, query_start_loc)
+    if runs_on_host(device):
+        check_build_values(slots, positions, query_start_loc)
     requests = query_start_loc.shape[0] - 1
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
     if out is not None:
@@ -443,7 +443,7 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     device = check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,
                                ring_slots=ring_slots, mean=mean, ring=ring)
     n_groups, requests = prefill_metadata_layout(tokens, metadata.shape[0])
-    if device.type == "cpu":
+    if runs_on_host(device):
         check_prefill_values(metadata, positions, ring_base, ring_slots, mean, ring, capacity, n_groups)
     from step5.ops import prefill_fused
 

@@ -170,7 +170,7 @@ class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
         )
 
 
-from step5.ops._validate import check_verify_values  # noqa: E402 - not above the kernel
+from step5.ops._validate import check_verify_values, runs_on_host  # noqa: E402 - below the kernel
 
 
 @public_call
@@ -197,7 +197,7 @@ def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, rin
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
     device = check_same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
                                ring_base=ring_base, mean=mean, ring=ring)
-    if device.type == "cpu":
+    if runs_on_host(device):
         check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
     if requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from step5 import Step5CSATailRing, Step5SparseSummaryCache
+from step5.ops._validate import runs_on_host
 from step5.ops.summary_update import build_prefill_groups, update_decode, update_prefill, update_verify
 from step5_testing import decode_inputs, prefill_inputs, verify_inputs
 
@@ -51,6 +52,16 @@ def _with_value(tensor: torch.Tensor, at: int, value: int) -> torch.Tensor:
 
 def _kv_slots(mean: torch.Tensor) -> int:
     return mean.shape[0] * mean.shape[1] * 8
+
+
+def test_values_are_read_only_where_kernels_run_on_host_memory(monkeypatch):
+    """CPU tensors under the interpreter; never a GPU's (a device sync), nor CPU tensors of
+    a compile-only run, which launches nothing and whose metadata was never written."""
+    assert runs_on_host(torch.device("cpu"))
+    assert not runs_on_host(torch.device("cuda", 0))
+    assert not runs_on_host(torch.device("meta"))
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert not runs_on_host(torch.device("cpu"))
 
 
 # --- update_decode ---------------------------------------------------------------------------
@@ -160,27 +171,21 @@ def _update(args: dict, metadata: torch.Tensor) -> dict:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ["slots", "owners", "query_start_loc"])
+@pytest.mark.parametrize("name", ["slots", "query_start_loc"])
 def test_build_prefill_groups_refuses_an_index_out_of_range(name, kind):
-    """Slots go to the metadata as int32; owners name a request of query_start_loc (any owner
-    for a padding token); query_start_loc counts the step's tokens."""
+    """Slots go to the metadata as int32; query_start_loc counts the step's tokens."""
     args = _prefill_args()
     tokens, requests = args["slots"].shape[0], args["query_start_loc"].shape[0] - 1
-    end = {"slots": 2**31, "owners": requests, "query_start_loc": tokens + 1}[name]
+    end = 2**31 if name == "slots" else tokens + 1
     at = random.randrange(args[name].shape[0])
-    value = _bad(kind, end, args[name].dtype)
     if name == "query_start_loc" and kind == "one past the end":
         at = requests  # the last count: a smaller one after it would be refused first as decreasing
-    if kind == "negative" and name == "owners":
-        value = -1  # no padding value for owners: only a padding token may carry one
+    value = _bad(kind, end, args[name].dtype)
     args[name] = _with_value(args[name], at, value)
-    valid = {"slots": f"-1 (padding) or in [0, {end})"}.get(name, f"in [0, {end})")
+    valid = f"-1 (padding) or in [0, {end})" if name == "slots" else f"in [0, {end})"
     out = torch.full((tokens // 8 + 2 * requests, 3), 77, dtype=torch.int32)
     _refused(build_prefill_groups, dict(_build(args), out=out), ("out",),
              re.escape(f"{name}: {name}[{at}] = {value}; expected {valid}"))
-    if name == "owners":  # the same owner on a padding token is accepted
-        args["slots"][at] = -1
-        build_prefill_groups(**_build(args))
 
 
 def test_build_prefill_groups_refuses_negative_positions_and_decreasing_query_start_loc():

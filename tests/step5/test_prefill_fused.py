@@ -263,9 +263,10 @@ def test_a_step_just_below_256_tokens_keeps_three_launches():
     ring.allocate(0)
     metadata = ring.prepare([0], [3], [255])
     key, z = random_rows(255, "fused")
+    groups = build_prefill_groups(slots, positions, owners, starts)  # run: update_prefill checks its rows on the CPU
     forget_plans()
     with record_launches(dry_run=True) as launches:
-        groups = build_prefill_groups(slots, positions, owners, starts)
+        build_prefill_groups(slots, positions, owners, starts)
         update_prefill(key, z, groups, positions, metadata.base[:255], metadata.slot_mapping[:255],
                        poisoned_mean(4, 256, strided=False), ring.rows, 8)
     assert {kernel.name for kernel, _ in launches} == THREE_LAUNCHES
