@@ -158,7 +158,11 @@ def test_update_verify_refuses_decreasing_query_start_loc_and_negative_seq_lens(
 
 
 def _prefill_args() -> dict:
-    return prefill_inputs(random.randint(2, 5), random.choice([8, 12]), random.choice([8, 64]))
+    """A chunked-prefill step with at least one closing token (a metadata row to spoil)."""
+    while True:
+        args = prefill_inputs(random.randint(2, 5), random.choice([8, 12]), random.choice([8, 64]))
+        if (args["positions"] % 8 == 7).any():
+            return args
 
 
 def _build(args: dict) -> dict:
