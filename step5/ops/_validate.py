@@ -98,12 +98,13 @@ def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], dev
 # --- index values, where kernels run on host memory -------------------------------------------
 
 
-def runs_on_host(device: torch.device) -> bool:
-    """Whether kernels launched on ``device`` run in Triton's interpreter, on host memory:
-    CPU tensors with ``TRITON_INTERPRET``. Not a GPU (reading values would synchronise it),
-    nor CPU tensors compiled for a target and launched by nothing (compile-only tests),
-    whose outputs, never written, hold no values to check."""
-    return device.type == "cpu" and interpreting()
+def runs_on_host(tensor: torch.Tensor) -> bool:
+    """Whether kernels launched on ``tensor``'s device (every argument's, checked) run in
+    Triton's interpreter, on host memory: a CPU tensor with ``TRITON_INTERPRET``. Not a GPU
+    (reading values would synchronise it), nor CPU tensors compiled for a target and
+    launched by nothing (compile-only tests), whose outputs, never written, hold no values
+    to check. ``is_cpu``, not ``device.type``: 0.1 against 0.7 us a call (timeit, CPU machine)."""
+    return tensor.is_cpu and interpreting()
 
 
 def check_decode_values(slots, positions, ring_base, mean, ring, capacity: int) -> None:

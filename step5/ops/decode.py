@@ -158,9 +158,8 @@ def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int
     check_index("ring_base", ring_base, tokens)
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=0)
-    device = check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean,
-                               ring=ring)
-    if runs_on_host(device):
+    check_same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean, ring=ring)
+    if runs_on_host(slots):
         check_decode_values(slots, positions, ring_base, mean, ring, capacity)
     if tokens:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

@@ -393,7 +393,7 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
     if query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
     device = check_same_device(slots=slots, positions=positions, owners=owners, query_start_loc=query_start_loc)
-    if runs_on_host(device):
+    if runs_on_host(slots):
         check_build_values(slots, positions, query_start_loc)
     requests = query_start_loc.shape[0] - 1
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
@@ -440,10 +440,10 @@ def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, rin
     check_index("ring_slots", ring_slots, tokens)
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=0)
-    device = check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,
-                               ring_slots=ring_slots, mean=mean, ring=ring)
+    check_same_device(key=key, z=z, metadata=metadata, positions=positions, ring_base=ring_base,
+                      ring_slots=ring_slots, mean=mean, ring=ring)
     n_groups, requests = prefill_metadata_layout(tokens, metadata.shape[0])
-    if runs_on_host(device):
+    if runs_on_host(metadata):
         check_prefill_values(metadata, positions, ring_base, ring_slots, mean, ring, capacity, n_groups)
     from step5.ops import prefill_fused
 

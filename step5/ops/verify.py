@@ -195,9 +195,9 @@ def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, rin
         raise ValueError(f"key: no tokens for {requests} requests")
     check_mean(mean)
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
-    device = check_same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
-                               ring_base=ring_base, mean=mean, ring=ring)
-    if runs_on_host(device):
+    check_same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
+                      ring_base=ring_base, mean=mean, ring=ring)
+    if runs_on_host(slots):
         check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
     if requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
