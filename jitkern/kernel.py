@@ -550,14 +550,19 @@ def _check_jit_function(cls: type) -> None:
     ``@triton.autotune``, it would choose constexprs per launch, which jitkern takes from
     ``constants(key)`` (so a key names one binary); refused here in one line, not with an
     AttributeError from deep inside the first compile or launch."""
-    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     kernel = cls.__dict__["kernel"]
-    if not isinstance(kernel, (JITFunction, InterpretedFunction)):
-        raise TypeError(f"{cls.__qualname__}.kernel must be a @triton.jit function, got {type(kernel).__name__}; "
-                        "choose constexprs and launch options in constants(key), not with triton.heuristics or "
-                        "triton.autotune")
+    if isinstance(kernel, JITFunction):
+        return
+    if interpreting():  # imported only then: 10 ms of a serving process's start otherwise
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(kernel, InterpretedFunction):
+            return
+    raise TypeError(f"{cls.__qualname__}.kernel must be a @triton.jit function, got {type(kernel).__name__}; "
+                    "choose constexprs and launch options in constants(key), not with triton.heuristics or "
+                    "triton.autotune")
 
 
 def _compiling_only() -> bool:
