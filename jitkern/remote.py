@@ -49,8 +49,9 @@ RECORD_FILE = "jitkern-record.json"
 a process trusting the HMAC key then loads the entry from there as it would from Redis."""
 
 
-def entry_record(folder: str, files: dict[str, bytes], describes: str, hmac_key: str = "") -> bytes:
-    record: dict[str, Any] = {"describes": describes, "files": {name: locks.digest(data) for name, data in files.items()}}
+def entry_record(folder: str, digests: dict[str, str], describes: str, hmac_key: str = "") -> bytes:
+    """The record of entry ``folder`` whose files have sha256 ``digests`` (name -> hex)."""
+    record: dict[str, Any] = {"describes": describes, "files": dict(digests)}
     if hmac_key:
         record["hmac"] = locks.sign(signed_part(folder, record), hmac_key)
     return json.dumps(record, sort_keys=True).encode()
@@ -101,7 +102,7 @@ class RedisStore:
         """Write the entry whole; False when Redis already holds exactly this entry. Every
         field is compared, so republishing repairs an entry damaged in Redis (a flipped
         byte in a file, a field added, another type under its key)."""
-        record = entry_record(folder, files, describes, hmac_key)
+        record = entry_record(folder, {file: locks.digest(data) for file, data in files.items()}, describes, hmac_key)
         name = f"{PREFIX}:entry:{folder}"
         fields: dict[str, bytes] = {f"file:{file}": data for file, data in files.items()}
         fields["record"] = record

@@ -51,13 +51,13 @@ def keep_signed_records(cache_dir: str, locked: LockResult, hmac_key: str) -> in
     """Sign each locked entry of ``cache_dir`` with ``hmac_key`` (``JITKERN_LOCK_KEY``): its
     record, as ``publish`` writes it to Redis, kept beside its files (``RECORD_FILE``). A
     process trusting the key then loads a copy of this directory as it loads from Redis.
-    Returns how many records it wrote (one already as it would write it is left)."""
+    The digests are the lock's, taken as it was built: no file is read again. Returns how
+    many records it wrote (one already as it would write it is left)."""
     written, here = 0, os.path.realpath(cache_dir)
     for folder, paths in locked.paths.items():
         if os.path.realpath(os.path.dirname(os.path.dirname(next(iter(paths.values()))))) != here:
             continue  # an installed wheel's: trusted by its own lock
-        record = entry_record(folder, {name: _read(path) for name, path in paths.items()},
-                              locked.lock.owner(folder), hmac_key)
+        record = entry_record(folder, locked.lock.entries[folder], locked.lock.owner(folder), hmac_key)
         path = os.path.join(cache_dir, folder, RECORD_FILE)
         try:
             if _read(path) == record:
