@@ -10,7 +10,7 @@ The ratios compare (a) with (c) and (b); (a) hands the launcher tensor addresses
 the kernel needs no scratch memory, skips its Python wrapper for the C launch function.
 Then each public function (``benchmarks/launch_samples.public_calls``): "call us" is the
 whole call (input validation, building each LaunchSpec, the launches: after the first call
-of an input signature, ``jitkern.call_plan`` repeats its launches), "bare us" the bare
+of an input signature, ``jitkern.launch.plans`` repeats its launches), "bare us" the bare
 launcher of each kernel it launches, summed, and "torch us" the torch work the call does
 besides (``jitkern.torch_step``s: allocating its output, a fill), which a program calling
 the bare launcher would do too: ``call/(torch+bare)`` is what jitkern adds to that. Each
@@ -42,15 +42,15 @@ sys.path.insert(0, str(REPO))  # run as a script: `benchmarks` and our packages 
 def recorded_launches(function: Callable, args: tuple, kwargs: dict) -> tuple[list, list]:
     """Call ``function``: the (kernel, spec) of each launch it made, and its torch steps
     (``jitkern.torch_step``: the allocation of its output, a fill)."""
-    from jitkern import call_plan
+    from jitkern.launch import plans
 
-    call_plan._recording.launches = recorded = []
+    plans.recording.launches = recorded = []
     try:
         function(*args, **kwargs)
     finally:
-        call_plan._recording.launches = None
-    steps = [entry for entry in recorded if isinstance(entry, call_plan.TorchStep)]
-    launches = [entry for entry in recorded if not isinstance(entry, call_plan.TorchStep)]
+        plans.recording.launches = None
+    steps = [entry for entry in recorded if isinstance(entry, plans.TorchStep)]
+    launches = [entry for entry in recorded if not isinstance(entry, plans.TorchStep)]
     return [(kernel, spec) for kernel, spec, _launched in launches], steps
 
 
@@ -75,13 +75,13 @@ def three_ways(kernel, spec, every_layout: bool = False):
     """The launch callables of one recorded launch: jitkern's direct launch, Triton, bare."""
     from triton.runtime.driver import driver
 
-    from jitkern import Layout
+    from jitkern import LayoutDomain
 
     if every_layout:
-        for binary in kernel.binary_keys([spec.key], Layout(unaligned=frozenset(kernel.tensor_dims(spec.key)))):
+        for binary in kernel.layouts.binary_keys([spec.key], LayoutDomain(unaligned=frozenset(kernel.layouts.tensor_dims(spec.key)))):
             kernel.compile(binary)
     kernel.launch(spec)  # a first launch prepares the direct launch
-    direct = kernel.direct_launch(spec)
+    direct = kernel.binaries.direct_launch(spec)
     assert direct is not None and direct.launch(spec.kwargs, spec.grid), f"{kernel.name}: no direct launch"
     binary = direct.binary
     device = driver.active.get_current_device()

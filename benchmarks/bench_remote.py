@@ -46,11 +46,11 @@ def measure(manifest: str, cache_dir: str, url: str) -> list[tuple[str, str]]:
     import redis
 
     from jitkern import settings
-    from jitkern.lock import LOCK_FILE, Lock, digest
-    from jitkern.remote import RedisStore
-    from jitkern.share import publish
+    from jitkern.cache.lock import LOCK_FILE, Lock, digest
+    from jitkern.cache.remote import RedisStore
+    from jitkern.cache.share import publish
     from jitkern.testing import dry_run_gpu
-    from jitkern.warmup import load
+    from jitkern.serve import load
 
     client = redis.Redis.from_url(url)
     while True:
@@ -74,16 +74,16 @@ def measure(manifest: str, cache_dir: str, url: str) -> list[tuple[str, str]]:
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="jitkern-bench-node-")
     with dry_run_gpu(), settings.scope(remote_cache=url, lock_digest=digest(data)):
-        from jitkern.warmup import start_process
+        from jitkern.serve import start_process
 
         start_process()
         start = time.perf_counter()
         load([manifest])
         loaded = time.perf_counter() - start
-        from jitkern import registry
+        from jitkern.kernel import registry
 
         for kernel in registry.kernel_names():
-            registry.get_kernel(kernel).forget_binaries()
+            registry.get_kernel(kernel).binaries.forget()
         start = time.perf_counter()
         load([manifest])
         local = time.perf_counter() - start

@@ -11,8 +11,8 @@ Each run is a fresh Python process that times, in order:
   a fresh folder per benchmark: its first run pays the hash);
 - kernel modules: importing the modules the manifests name (Triton parses and hashes
   each ``@triton.jit`` function; an engine imports them to call the kernels anyway);
-- load: ``jitkern.warmup.load(manifests)``: loading every binary, per binary too; after
-  the first run, from the memo that run's ``load()`` wrote (``jitkern.load_memo``);
+- load: ``jitkern.serve.load(manifests)``: loading every binary, per binary too; after
+  the first run, from the memo that run's ``load()`` wrote (``jitkern.serve.memo``);
 - first launch: the first ``axpy`` call after it (a kernel ``load()`` loaded), and a second.
 The first run (cold file-system caches, no memos yet: it takes ``load()``'s full path) is
 shown apart, and the table gives the median of the ``--runs`` after it.
@@ -54,7 +54,7 @@ import jitkern
 t3 = clock()
 import contextlib
 from jitkern.testing import dry_run_gpu
-from jitkern.warmup import load, start_process
+from jitkern.serve import load, start_process
 dry_run = {dry_run!r}
 device = "cpu" if dry_run else "cuda"
 sync = (lambda: None) if dry_run else torch.cuda.synchronize
@@ -66,7 +66,7 @@ with dry_run_gpu() if dry_run else contextlib.nullcontext():
     start_process()
     t6 = clock()
     for manifest in {manifests!r}:
-        jitkern.registry.import_modules(json.load(open(manifest))["modules"])
+        jitkern.kernel.registry.import_modules(json.load(open(manifest))["modules"])
     t6m = clock()
     loaded_kernels = load({manifests!r})
     t7 = clock()

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from jitkern.call_plan import forget_plans  # noqa: E402
+from jitkern.launch.plans import forget_plans  # noqa: E402
 from step5 import Step5CSATailRing, Step5SparseSummaryCache, Step5SummaryCacheSpec  # noqa: E402
 from step5.ops import prefill_fused  # noqa: E402
 from step5.ops.summary_update import build_prefill_groups  # noqa: E402

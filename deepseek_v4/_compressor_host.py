@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from jitkern.grid import cdiv, next_power_of_2
-from jitkern.validation import check_int, check_strides_below_i32
+from jitkern.kernel.grid import cdiv, next_power_of_2
+from jitkern.kernel.validation import check_int, check_strides_below_i32
 from deepseek_v4.common import (
     INDEX_DTYPES,
     LAYOUTS,

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from jitkern import targets
-from jitkern.validation import check_strides_below_i32
-from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
+from jitkern.kernel.validation import check_strides_below_i32
+from jitkern.kernel.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
-from jitkern.call_plan import public_call
+from jitkern import public_call
 from jitkern import cdiv, kernel_launcher, keys
 from deepseek_v4._compressor_host import _tiling, check_compress_windows
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc

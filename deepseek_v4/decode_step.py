@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys, launch_stride
-from jitkern.call_plan import public_call
+from jitkern import public_call
 from deepseek_v4._compressor_host import check_compress_windows
 from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling, decode_tiling
 from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc

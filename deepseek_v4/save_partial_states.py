@@ -16,9 +16,9 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
-from jitkern.call_plan import public_call
+from jitkern import public_call
 from jitkern import cdiv, kernel_launcher, keys, next_power_of_2
-from jitkern.validation import check_int, first_outside
+from jitkern.kernel.validation import check_int, first_outside
 from deepseek_v4.common import (
     FLOAT_DTYPE,
     INDEX_DTYPES,

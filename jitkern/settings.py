@@ -31,17 +31,17 @@ class Settings:
     given up for the rest of the process."""
     lock_digest: str = ""
     """JITKERN_LOCK_DIGEST: sha256 of the deployment's lock; only a lock with this digest
-    is trusted (see ``jitkern.lock``)."""
+    is trusted (see ``jitkern.cache.lock``)."""
     lock_key: str = ""
     """JITKERN_LOCK_KEY: HMAC-SHA256 key; entries published with it are trusted. The
     store must never see it."""
     state_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "jitkern")
     """JITKERN_STATE_DIR: where this machine's memos live (Triton's hash of each installed
-    build: ``jitkern.triton_build``; the installed cache wheels: ``jitkern.cache``; what
-    each deployment's ``load()`` found: ``jitkern.load_memo``)."""
+    build: ``jitkern.memo``; the installed cache wheels: ``jitkern.cache``; what
+    each deployment's ``load()`` found: ``jitkern.serve.memo``)."""
     load_memo: bool = True
     """JITKERN_LOAD_MEMO: let ``load()`` take a deployment's binaries from what an earlier
-    process's ``load()`` of the same deployment recorded (``jitkern.load_memo``)."""
+    process's ``load()`` of the same deployment recorded (``jitkern.serve.memo``)."""
     portable_paths: bool = False
     """JITKERN_PORTABLE_PATHS: compile every kernel's portable code paths (those sm_80 and
     AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test

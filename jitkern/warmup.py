@@ -1,4 +1,4 @@
-"""``python -m jitkern.warmup``: compile, list or check every variant of a deployment.
+"""``python -m jitkern.warmup``: compile, list, check or load every variant of a deployment.
 
     python -m jitkern.warmup MANIFEST... [--target cuda:80,cuda:90,hip:gfx942] [--cache-dir DIR] [--jobs N]
                              [--check | --list | --load] [--remote URL] [--report FILE] [--no-progress]
@@ -8,313 +8,38 @@
 
 With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (a
 comma-separated list) for those targets, and with no GPU and no ``--target`` for each
-manifest's own targets, with no GPU needed.
-The work itself lives in importable functions (``resolve``, ``run_compile``,
-``run_check``); this module parses arguments and prints.
+manifest's own targets, with no GPU needed. This module parses arguments and prints; the
+work is the stages' (``jitkern.manifest``, ``jitkern.build``, ``jitkern.cache``,
+``jitkern.serve``).
+
+``load``, ``LoadedKernel``, ``MissingBinary``, ``NoGPU`` and ``start_process`` are
+``jitkern.serve``'s; their names here still work but are deprecated: importing this
+module costs a serving process the CLI's imports (pydantic among them).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import os
 import sys
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
 
-from jitkern.cache import CacheEntryUnusable, DamagedCacheEntry, own_lock_shows_damage, refusing_compiles, wheel_roots
-from jitkern.compile import CompileOutcome, CompileTask, compile_tasks, default_jobs, entry_files, tasks_for
-from jitkern.identity import compiler_identity, describe_identity, foreign_maker, record_identity, recorded_identities
-from jitkern.kernel import key_fields, key_name
-from jitkern.report import format_notes, format_table, report, summarise
 from jitkern import settings
-from jitkern.settings import interpreting
-from jitkern.specialisation import BinaryKey
-from jitkern.remote import RedisStore, RemoteUnavailable
-from jitkern.share import (build_lock, check_remote, deployment_name, keep_signed_records, publish, unreadable_lock,
-                           write_lock)
-from jitkern.targets import local_target, parse_target, parse_targets, target_name
-
-if TYPE_CHECKING:  # the manifests' module imports pydantic (0.1 s): a load() from its memo never needs it
-    from jitkern.manifest import LoadedManifest
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run covers: the manifests, their (kernel, key) pairs, and for each target
-    the pairs compiled for it."""
-
-    manifests: list[LoadedManifest]
-    entries: list[tuple[str, Any]]
-    by_target: dict[str, list[tuple[str, Any]]]
-    modules: list[str]
-
-    @property
-    def targets(self) -> list[str]:
-        return list(self.by_target)
-
-    def tasks(self) -> list[CompileTask]:
-        return [task for target, entries in self.by_target.items() for task in tasks_for(entries, [target])]
-
-
-def resolve(manifest_paths: list[str], target: str | None) -> tuple[Plan, str]:
-    """Load every manifest (all errors before any work) and choose the targets.
-
-    ``target``: a comma-separated list (``cuda:80,cuda:90,hip:gfx942``) for which every
-    key of every manifest is compiled. Without it, this machine's GPU; with no GPU here,
-    each manifest's keys for that manifest's own ``targets``.
-    """
-    from jitkern.manifest import load_manifest
-
-    manifests = [load_manifest(path) for path in manifest_paths]
-    entries_of = [list(dict.fromkeys((entry.kernel.name, key) for entry in loaded.entries for key in entry.keys))
-                  for loaded in manifests]
-    entries = list(dict.fromkeys(pair for pairs in entries_of for pair in pairs))
-    modules = list(dict.fromkeys(module for loaded in manifests for module in loaded.manifest.modules))
-    if target is not None:
-        targets = parse_targets(target)
-        by_target = {name: entries for name in targets}
-        note = f"compiling for {', '.join(targets)} (no GPU needed)"
-    elif (here := local_target()) is not None:
-        # Compiled through the same compile-only driver as a named target: the cache
-        # entries are those this GPU looks up, and workers can fork without GPU state.
-        by_target = {target_name(here): entries}
-        note = f"compiling for this machine's GPU ({target_name(here)})"
-    else:
-        by_target = {}
-        for loaded, pairs in zip(manifests, entries_of):
-            for name in loaded.manifest.targets:
-                name = target_name(parse_target(name))
-                by_target[name] = list(dict.fromkeys(by_target.get(name, []) + pairs))
-        note = f"no GPU here: compiling each manifest for its targets ({', '.join(by_target)}), no GPU needed"
-    return Plan(manifests, entries, by_target, modules), note
-
-
-def run_compile(plan: Plan, jobs: int, progress: bool = True) -> list[CompileOutcome]:
-    tasks = plan.tasks()
-    bar = _progress_bar(len(tasks), "compiling", progress)
-    try:
-        return compile_tasks(tasks, jobs, plan.modules, on_outcome=lambda outcome: bar.update(1))
-    finally:
-        bar.close()
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """What ``--check`` found: each key the cache cannot serve, and who made the cache."""
-
-    total: int
-    unusable: list[str]  # "kernel[key] for target: not in the cache" (or what is damaged)
-    foreign: list[str]  # one line per target whose cache another compiler made
-
-    @property
-    def ok(self) -> bool:
-        return not self.unusable
-
-
-def run_check(plan: Plan, progress: bool = True) -> CheckResult:
-    """Check that every file each key loads (its binary's entry, its host modules) is whole,
-    matches the trusted lock, and the cache's own lock where it lists it; compiles nothing."""
-    from jitkern import registry
-
-    tasks = plan.tasks()
-    unusable: dict[str, list[str]] = {target: [] for target in plan.targets}
-    bar = _progress_bar(len(tasks), "checking", progress)
-    with _checking_every_file():
-        for task in tasks:
-            try:
-                entry_files(registry.get_kernel(task.kernel_name), task.key, task.target)
-            except LookupError as error:
-                unusable[task.target].append(f"{task.describe()}: {error}")
-            bar.update(1)
-    bar.close()
-    foreign = [line for target, entries in plan.by_target.items()
-               if (line := foreign_cache_line(target, len(unusable[target]), len(entries))) is not None]
-    return CheckResult(len(tasks), [line for lines in unusable.values() for line in lines], foreign)
-
-
-@contextlib.contextmanager
-def _checking_every_file() -> Iterator[None]:
-    """Files checked as a serving process checks them, and against the cache's own lock
-    (``own_lock_shows_damage``); each problem is printed once, by key, not warned too."""
-    with own_lock_shows_damage(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DamagedCacheEntry)
-        yield
-
-
-def foreign_cache_line(target: str, recompiles: int, total: int) -> str | None:
-    """One line when this cache, or an installed cache wheel, was made for ``target`` by
-    another compiler than ours, or a wheel for another target only."""
-    identity = compiler_identity(target)
-    maker = foreign_maker(cache_directory(), identity)
-    if maker is not None:
-        return (f"this cache was made by {describe_identity(maker)}; this process is {describe_identity(identity)}: "
-                f"{recompiles} of {total} keys would recompile")
-    for root in wheel_roots():
-        makers = recorded_identities(root) or []
-        wheel = os.path.basename(os.path.dirname(root))
-        maker = foreign_maker(root, identity)
-        if maker is not None:
-            return (f"the cache wheel {wheel} was made by {describe_identity(maker)}; this process is "
-                    f"{describe_identity(identity)}: {recompiles} of {total} keys would recompile")
-        if makers and not any(m.get("target") == target for m in makers):
-            return (f"the cache wheel {wheel} was made for {', '.join(sorted({str(m.get('target')) for m in makers}))}; "
-                    f"this process serves {target}: {recompiles} of {total} keys would recompile")
-    return None
-
-
-def cache_directory() -> str:
-    import triton
-
-    return triton.knobs.cache.dir
-
-
-@dataclass(frozen=True)
-class LoadedKernel:
-    kernel: str
-    binaries: int
-    seconds: float
-
-
-class MissingBinary(RuntimeError):
-    """``load`` found keys that the cache lacks or holds damaged; it compiled none of them."""
-
-
-class NoGPU(RuntimeError):
-    """``load`` was called on a machine with no GPU, where there is nothing to load onto."""
-
-
-def load(manifest_paths: list[str]) -> list[LoadedKernel]:
-    """Warm start: load every binary of the manifests into this process, compiling nothing.
-
-    Each key is taken from Triton's cache (which may hold binaries of other targets too:
-    only this GPU's target is looked up) onto this machine's GPU and its direct launch
-    prepared, so the first request launches at full speed. Keys the cache lacks, or holds
-    damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
-    cache made by another compiler build is reported in one line, with the count. Each
-    kernel's launch is then rehearsed, launching nothing (``jitkern.rehearsal``). On a
-    machine with no GPU it raises ``NoGPU``.
-    """
-    with _collector_paused():
-        from jitkern import registry
-        from jitkern.rehearsal import rehearse
-
-        loaded = _load(manifest_paths)
-        for row in loaded:
-            rehearse(registry.get_kernel(row.kernel))
-    return loaded
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic collector paused while ``load()`` builds thousands of objects that
-    live as long as the process: otherwise they can set off a full collection, which
-    scans every object torch and the engine made (0.09 s on our CPU machine). At the end,
-    one collection of the young generations (ours) moves them out of the way."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect(1)
-        gc.enable()
-
-
-def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
-    from jitkern import hooks, load_memo, registry
-
-    if interpreting():
-        resolve(manifest_paths, target=None)  # the manifests' errors, as below
-        return []
-    if local_target() is None:  # else Triton's "0 active drivers" traceback, from deep inside
-        raise NoGPU("load() loads the binaries onto this machine's GPU, and there is none here "
-                    "(python -m jitkern.warmup MANIFEST --check checks a cache with no GPU)")
-    start_process()  # once per process: not a cost of any one binary
-    fingerprint = load_memo.deployment_fingerprint(manifest_paths) if settings.current().load_memo else None
-    memo = load_memo.read_memo(fingerprint) if fingerprint else None
-    remembered = load_memo.load_remembered(memo) if memo else None
-    if remembered is not None:
-        for name in remembered:
-            registry.get_kernel(name).prepare_launches()
-        return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
-    plan, _note = resolve(manifest_paths, target=None)
-    here, entries = next(iter(plan.by_target.items()))  # this GPU's target (with none: the manifests' first)
-    fresh: list[str] = []
-
-    def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
-        if not cache_hit:  # only with a cache manager of the user's, which cannot refuse
-            fresh.append(getattr(src, "name", str(src)))
-
-    loaded: dict[str, LoadedKernel] = {}
-    unusable: list[str] = []
-    binaries: list[tuple[str, BinaryKey, Any]] = []  # what the memo records
-    with hooks.watching(on_compile=on_compile), refusing_compiles():
-        for name, key in entries:
-            start = time.perf_counter()
-            try:
-                binaries.append((name, key if isinstance(key, BinaryKey) else BinaryKey(key),
-                                 registry.get_kernel(name).compile(key)))
-            except CacheEntryUnusable as error:
-                unusable.append(f"{name}[{key_name(key)}]: {error.problem}")
-                continue
-            if fresh:
-                unusable.append(f"{name}[{key_name(key)}]: not in the cache (it was compiled)")
-                fresh.clear()
-            previous = loaded.get(name, LoadedKernel(name, 0, 0.0))
-            loaded[name] = LoadedKernel(name, previous.binaries + 1, previous.seconds + time.perf_counter() - start)
-    for name in loaded:
-        kernel = registry.get_kernel(name)
-        if hasattr(kernel, "prepare_launches"):
-            kernel.prepare_launches()
-    if unusable:
-        foreign = foreign_cache_line(here, len(unusable), len(entries))
-        elsewhere = [str(manifest.path) for manifest in plan.manifests
-                     if here not in {target_name(parse_target(t)) for t in manifest.manifest.targets}]
-        hint = (f"; {', '.join(elsewhere)} do not list {here} among their targets: build with --target {here}"
-                if elsewhere else "")
-        raise MissingBinary(foreign or (
-            f"{len(unusable)} of {len(entries)} keys are not usable in the cache {cache_directory()} for {here} "
-            f"(run python -m jitkern.warmup on the manifests{hint}):\n  " + "\n  ".join(unusable)))
-    if fingerprint:
-        load_memo.write_memo(fingerprint, plan.modules, {name: registry.get_kernel(name) for name in loaded}, binaries)
-    return list(loaded.values())
-
-
-_process_started: list[float] = []
-
-
-def start_process() -> float:
-    """Pay a process's one-time costs of loading binaries; returns the seconds they took
-    (0 after the first call): the GPU's context and Triton's hash of its own build
-    (``triton_key()``, remembered per build by ``jitkern.triton_build``), which Triton
-    otherwise pays at the first binary it looks up."""
-    if _process_started:
-        return 0.0
-    import torch
-
-    start = time.perf_counter()
-    if torch.cuda.is_available():
-        torch.cuda.init()
-        torch.empty(1, device="cuda")  # the primary context exists from here on
-    from triton.runtime.cache import triton_key
-
-    triton_key()
-    _process_started.append(time.perf_counter() - start)
-    return _process_started[0]
-
-
-def _progress_bar(total: int, description: str, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=description, unit="key", disable=not enabled, file=sys.stderr, mininterval=0.5)
-
+from jitkern.build.check import NoLock, checking_every_file, run_check, run_remote_check
+from jitkern.build.compile import default_jobs, run_compile, tasks_of
+from jitkern.build.probe import build_lock
+from jitkern.build.report import format_notes, format_table, report, summarise
+from jitkern.cache.identity import cache_directory, compiler_identity, record_identity
+from jitkern.cache.lock import Lock, LockError
+from jitkern.cache.remote import RedisStore, RemoteUnavailable
+from jitkern.cache.share import keep_signed_records, publish, unreadable_lock, write_lock
+from jitkern.cache.wheel import PackError, pack
+from jitkern.layouts.binary_key import key_name
+from jitkern.manifest import Deployment, ManifestError, json_schema, merge_record, resolve
+from jitkern.serve import LoadedKernel, MissingBinary, NoGPU, load, start_process  # noqa: F401 - deprecated homes
+from jitkern.targets import local_target
 
 # Shown after the options by --help: the main uses, for a reader who has not read the README.
 EXAMPLES = """\
@@ -368,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_load(manifest_paths: list[str]) -> int:
-    if not interpreting() and local_target() is None:
+    if not settings.interpreting() and local_target() is None:
         print("error: --load loads the binaries onto this machine's GPU, and there is none here "
               "(--check checks a cache with no GPU)", file=sys.stderr)
         return 1
@@ -385,9 +110,6 @@ def _print_load(manifest_paths: list[str]) -> int:
 
 
 def _merge_record(argv: list[str]) -> int:
-    from jitkern.guard import merge_record
-    from jitkern.manifest import ManifestError
-
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup merge-record",
         description="Add the keys a guard in record mode wrote (JITKERN_GUARD=record) to a manifest.")
@@ -404,8 +126,6 @@ def _merge_record(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jitkern.manifest import ManifestError, json_schema
-
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["schema"]:
         print(json.dumps(json_schema(), indent=2))
@@ -430,29 +150,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache_dir:
         os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
-        plan, note = resolve(args.manifests, args.target)
+        deployment, note = resolve(args.manifests, args.target)
     except (ManifestError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:
-        for target, entries in plan.by_target.items():
+        for target, entries in deployment.by_target.items():
             for name, key in entries:
-                print(f"{name}[{','.join(f'{k}={v}' for k, v in key_fields(key).items())}] for {target}")
-        counts = {target: len(entries) for target, entries in plan.by_target.items()}
+                print(f"{name}[{key_name(key)}] for {target}")
+        counts = {target: len(entries) for target, entries in deployment.by_target.items()}
         total = sum(counts.values())
-        print(f"{total} keys for {plan.targets[0]}" if len(counts) == 1 else
+        print(f"{total} keys for {deployment.targets[0]}" if len(counts) == 1 else
               f"{total} keys: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
         return 0
     if args.load:
         return _print_load(args.manifests)
-    if interpreting():
+    if settings.interpreting():
         print("TRITON_INTERPRET=1: kernels run on the CPU interpreter; there is nothing to compile.")
         return 0
     progress = not args.no_progress
     if args.check and store is not None:
-        return _check_remote(plan, store)
+        return _check_remote(deployment, store)
     if args.check:
-        checked = run_check(plan, progress)
+        checked = run_check(deployment, progress)
         for line in checked.foreign:
             print(line)
         damaged_lock = unreadable_lock(cache_directory())
@@ -467,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if store is not None and not _reachable(store):
         return 1
     try:
-        for target in plan.targets:
+        for target in deployment.targets:
             record_identity(cache_directory(), compiler_identity(target))
     except OSError as error:
         print(f"error: cannot write the cache directory {cache_directory()}: {error.strerror or error}; "
@@ -475,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(note, file=sys.stderr)
     start = time.perf_counter()
-    outcomes = run_compile(plan, args.jobs, progress)
+    outcomes = run_compile(deployment, args.jobs, progress)
     wall = time.perf_counter() - start
     rows = summarise(outcomes)
     print(format_table(rows))
     for line in format_notes(rows):
         print(line)
     print(f"wall time {wall:.2f} s with {min(args.jobs, max(len(outcomes), 1))} worker(s)")
-    summary = report(outcomes, wall, [str(loaded.path) for loaded in plan.manifests], plan.targets)
+    summary = report(outcomes, wall, [str(loaded.path) for loaded in deployment.manifests], deployment.targets)
     if args.report:
         args.report.write_text(json.dumps(summary, indent=2) + "\n")
     for outcome in outcomes:
@@ -492,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED {failure['kernel']} {json.dumps(failure['key'])} for {failure['target']}:\n  {failure['error']}",
               file=sys.stderr)
     damaged_lock = unreadable_lock(cache_directory())
-    locked = build_lock(plan.tasks())
+    locked = build_lock(tasks_of(deployment))
     path, lock_digest = write_lock(cache_directory(), locked.lock)
     if damaged_lock is not None:
         print(f"replaced the cache's unreadable lock ({damaged_lock}): it locks this run's keys only",
@@ -503,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"signed with JITKERN_LOCK_KEY: {signed} entries' records written beside them")
     for line in locked.unlocked:
         print(f"not locked: {line}", file=sys.stderr)
-    if store is not None and not _publish(plan, locked.lock, store):
+    if store is not None and not _publish(deployment, locked.lock, store):
         return 1
     return 1 if summary["failures"] else 0
 
@@ -529,11 +249,9 @@ def _reachable(store: RedisStore) -> bool:
     return True
 
 
-def _publish(plan: Plan, lock, store: RedisStore) -> bool:
-    from jitkern.settings import current
-
+def _publish(deployment: Deployment, lock: Lock, store: RedisStore) -> bool:
     try:
-        result = publish(lock, store, plan_deployment(plan), current().lock_key)
+        result = publish(lock, store, deployment.name, settings.current().lock_key)
     except (RemoteUnavailable, OSError, ValueError) as error:
         print(f"error: publishing to {store.url}: {error}", file=sys.stderr)
         return False
@@ -542,47 +260,23 @@ def _publish(plan: Plan, lock, store: RedisStore) -> bool:
     return True
 
 
-def plan_deployment(plan: Plan) -> str:
-    return deployment_name([loaded.manifest.name for loaded in plan.manifests], plan.targets)
-
-
-def _check_remote(plan: Plan, store: RedisStore) -> int:
-    """``--check --remote``: Redis holds every key whole and matching the lock: the one
-    pinned by JITKERN_LOCK_DIGEST, else the cache directory's, else the one Redis names
-    for the deployment (which shows damage, not tampering)."""
-    from jitkern.lock import LOCK_FILE, Lock, LockError, digest
-    from jitkern.settings import current
-
-    url = store.url
-    pinned = current().lock_digest
-    local = os.path.join(cache_directory(), LOCK_FILE)
+def _check_remote(deployment: Deployment, store: RedisStore) -> int:
+    """``--check --remote``: Redis holds every key whole and matching the lock."""
     try:
-        wanted = pinned or store.deployment_lock_digest(plan_deployment(plan))
-        if os.path.exists(local) and (not pinned or digest(Path(local).read_bytes()) == pinned):
-            source, data = local, Path(local).read_bytes()
-        else:
-            source, data = f"{url} lock {wanted}", store.get_lock(wanted) if wanted else None
-        if data is None or (pinned and digest(data) != pinned):
-            print(f"error: no lock {'with sha256 ' + pinned if pinned else 'for ' + plan_deployment(plan)} "
-                  f"in {local} or {url}", file=sys.stderr)
-            return 1
-        lock = Lock.from_bytes(data, source)
-        problems = check_remote([task.describe() for task in plan.tasks()], lock, store)
-    except (RemoteUnavailable, LockError, ValueError, OSError) as error:
+        checked = run_remote_check(deployment, store)
+    except (NoLock, RemoteUnavailable, LockError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    if problems:
-        print(f"{len(problems)} of {len(plan.tasks())} keys cannot be used from {url}:")
-        print("\n".join(f"  {line}" for line in problems))
+    if checked.problems:
+        print(f"{len(checked.problems)} of {checked.total} keys cannot be used from {store.url}:")
+        print("\n".join(f"  {line}" for line in checked.problems))
         return 1
-    print(f"all {len(plan.tasks())} keys in {url}, whole and matching the lock {source} (sha256 {digest(data)})")
+    print(f"all {checked.total} keys in {store.url}, whole and matching the lock {checked.lock_source} "
+          f"(sha256 {checked.lock_digest})")
     return 0
 
 
 def _pack(argv: list[str]) -> int:
-    from jitkern.manifest import ManifestError
-    from jitkern.wheel import PackError, pack
-
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup pack",
         description="Write one wheel holding a deployment's warmed cache for one target, with its lock.")
@@ -597,22 +291,23 @@ def _pack(argv: list[str]) -> int:
     if args.cache_dir:
         os.environ["TRITON_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
-        plan, _note = resolve(args.manifests, args.target)
+        deployment, _note = resolve(args.manifests, args.target)
     except (ManifestError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if len(plan.targets) > 1:  # a wheel names the one target its makers compiled for
+    if len(deployment.targets) > 1:  # a wheel names the one target its makers compiled for
         print(f"error: --target {args.target}: pack writes one wheel per target; run it once for each", file=sys.stderr)
         return 2
-    with _checking_every_file():  # packed only as a serving process would load them
-        locked = build_lock(plan.tasks(), verified=True)
+    with checking_every_file():  # packed only as a serving process would load them
+        tasks = tasks_of(deployment)
+        locked = build_lock(tasks, verified=True)
     if locked.unlocked:
-        print(f"error: {len(locked.unlocked)} of {len(plan.tasks())} keys cannot be packed (run python -m "
+        print(f"error: {len(locked.unlocked)} of {len(tasks)} keys cannot be packed (run python -m "
               "jitkern.warmup to compile what is missing or damaged); no wheel was written:", file=sys.stderr)
         print("\n".join(f"  {line}" for line in locked.unlocked), file=sys.stderr)
         return 1
     try:
-        path = pack(locked.lock, locked.paths, plan_deployment(plan), plan.targets[0], args.out)
+        path = pack(locked.lock, locked.paths, deployment.name, deployment.targets[0], args.out)
     except (OSError, PackError) as error:
         print(f"error: {error}; no wheel was written", file=sys.stderr)
         return 1

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from jitkern.validation import check_int
+from jitkern.kernel.validation import check_int
 from step5.ops import summary_update
 from step5.ops._validate import check_index
 from step5.ring import Step5CSATailRing, as_device

@@ -18,7 +18,7 @@ from typing import Hashable, Sequence
 
 import torch
 
-from jitkern.grid import cdiv
+from jitkern.kernel.grid import cdiv
 
 REGION = 8
 RING_ROW = 512  # [key (256) | z (256)], bf16

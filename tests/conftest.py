@@ -96,10 +96,10 @@ def triton_cache(tmp_path, monkeypatch):
 def dry_run_gpu(triton_cache):
     """Compile for cuda:90 and run Triton's launch path without a GPU, starting with
     no binaries in the process (so what one test compiled does not hide another's miss)."""
-    from jitkern import registry
+    from jitkern.kernel import registry
     from jitkern.testing import dry_run_gpu
 
     for name in registry.kernel_names():
-        registry.get_kernel(name).forget_binaries()
+        registry.get_kernel(name).binaries.forget()
     with dry_run_gpu("cuda:90"):
         yield

@@ -5,7 +5,7 @@ after the first process), makes axpy's inputs, then times its first ``axpy`` cal
 host, split at the compiled launcher: the Python before it, the launcher (Triton's C
 function, which calls the driver), the Python after. What runs before that call differs:
 
-- ``baseline``: nothing (but ``load()``'s own rehearsal, ``jitkern.rehearsal``).
+- ``baseline``: nothing (but ``load()``'s own rehearsal, ``jitkern.serve.rehearsal``).
 - ``no-rehearsal``: ``load()`` without its rehearsal.
 - ``other-binary-first``: a first call of another axpy binary (float16): what is left is
   what is new to this binary and this signature.
@@ -39,11 +39,11 @@ import glob, json, sys, time
 clock = time.perf_counter
 import torch
 from jitkern.examples.axpy import AxpyKernel, axpy
-from jitkern.warmup import load, start_process
+from jitkern.serve import load, start_process
 start_process()
 if {experiment!r} == "no-rehearsal":
-    import jitkern.rehearsal
-    jitkern.rehearsal.rehearse = lambda kernel: False
+    import jitkern.serve.rehearsal
+    jitkern.serve.rehearsal.rehearse = lambda kernel: False
 load(sorted(glob.glob("warmup_manifests/*.json")))
 marks = []
 def timed(run):
@@ -58,8 +58,8 @@ def marked_launch(self, spec):
     marks.append(clock())
     return kernel_launch(self, spec)
 TritonJitKernel.launch = marked_launch
-for by_layout in AxpyKernel()._binaries.values():
-    for launch in by_layout.values():
+for held in AxpyKernel().binaries.held():
+    for launch in [AxpyKernel().binaries.direct_of(held)]:
         if launch is not None:
             launch.launch.__globals__["run"] = timed(launch.launch.__globals__["run"])
 x = torch.randn(1 << 20, device="cuda"); y = torch.randn_like(x); out = torch.empty_like(x)

@@ -15,7 +15,7 @@ import triton
 from jitkern import hooks
 from jitkern.examples.axpy import axpy
 from jitkern.testing import assert_no_compile
-from jitkern.warmup import load
+from jitkern.serve import load
 
 fresh, hits = [], []
 started = time.perf_counter()

@@ -9,7 +9,7 @@ A "without" row is the direct launch generated again with one part left out: it 
 the same binary, but it would accept calls the binary cannot take, so it exists only here.
 What a row saves against "direct launch" is what that part costs. "C launch function" is
 the floor: Triton's C function with every argument prepared beforehand. The arguments'
-checks happen in one C call (``jitkern.c_launch``), priced as a whole by the distance
+checks happen in one C call (``jitkern.launch.c_module``), priced as a whole by the distance
 between the direct launch, without its Python parts, and the floor.
 """
 
@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import bench_launch, launch_samples  # noqa: E402
-from jitkern.direct_launch import bind_direct_launch  # noqa: E402
+from jitkern.launch.direct import bind_direct_launch  # noqa: E402
 
 
 def first_launch(suffix: str):
@@ -67,7 +67,7 @@ def ways_of(kernel, spec) -> dict:
     from triton.runtime.driver import driver
 
     via_jitkern, _via_triton, via_bare = bench_launch.three_ways(kernel, spec)
-    direct = kernel.direct_launch(spec)
+    direct = kernel.binaries.direct_launch(spec)
     device = driver.active.get_current_device()
     stream = driver.active.get_current_stream(device)
     names = {"STREAM": stream}
@@ -77,7 +77,7 @@ def ways_of(kernel, spec) -> dict:
     head, guarded = direct.source.split("\ndef launch_guarded")
     for part, edit in WITHOUT.items():
         recipe = dict(direct.recipe, source=edit(head) + "\ndef launch_guarded" + guarded)
-        without = bind_direct_launch(kernel.kernel, direct.binary, recipe, kernel._key_constants(spec.key))
+        without = bind_direct_launch(kernel.kernel, direct.binary, recipe, kernel.constants_for(spec.key))
         without.launch.__globals__.update(names)
         assert without.launch(spec.kwargs, spec.grid), part
         ways[f"without {part}"] = lambda launch=without.launch: launch(spec.kwargs, spec.grid)

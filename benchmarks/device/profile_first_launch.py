@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from jitkern.examples.axpy import axpy  # noqa: E402
-from jitkern.warmup import load, start_process  # noqa: E402
+from jitkern.serve import load, start_process  # noqa: E402
 
 clock = time.perf_counter
 start_process()

@@ -12,7 +12,7 @@ x = torch.randn(4096, device="cuda")
 y, out = torch.randn_like(x), torch.empty_like(x)
 kernel(x, y, out, 2.0)
 spec = kernel.launch_spec(x, y, out, 2.0)
-direct = kernel.direct_launch(spec)
+direct = kernel.binaries.direct_launch(spec)
 print(direct.source)
 binder = kernel.kernel.device_caches[driver.active.get_current_device()][4]
 triton_kwargs = kernel.triton_kwargs(spec)
@@ -53,9 +53,9 @@ for name, part in parts.items():
 import cProfile  # noqa: E402
 import pstats  # noqa: E402
 
-from jitkern.warmup import load  # noqa: E402
+from jitkern.serve import load  # noqa: E402
 
-kernel.forget_binaries()
+kernel.binaries.forget()
 profile = cProfile.Profile()
 profile.enable()
 loaded = load(["warmup_manifests/jitkern-example.json"])

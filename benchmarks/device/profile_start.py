@@ -35,7 +35,7 @@ def main() -> None:
     from triton.runtime.cache import triton_key
     from triton.compiler import compiler as triton_compiler
 
-    from jitkern.warmup import load
+    from jitkern.serve import load
 
     result = {"import torch": marks["torch"] - marks["start"], "import triton": marks["triton"] - marks["torch"],
               "import jitkern": marks["jitkern"] - marks["triton"]}

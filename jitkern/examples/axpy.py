@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
-from jitkern.call_plan import public_call
+from jitkern import public_call
 from jitkern import cdiv, kernel_launcher, keys
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

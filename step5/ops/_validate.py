@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from jitkern.settings import interpreting
-from jitkern.validation import check_int, check_strides_below_i32, check_values_in, first_outside
-from jitkern.validation import same_device as check_same_device  # noqa: F401 - re-exported
+from jitkern.kernel.validation import check_int, check_strides_below_i32, check_values_in, first_outside
+from jitkern.kernel.validation import same_device as check_same_device  # noqa: F401 - re-exported
 
 INDEX_DTYPES = (torch.int32, torch.int64)
 RING_ROW = 512

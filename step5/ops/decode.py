@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel
-from jitkern.call_plan import public_call
+from jitkern import public_call
 from jitkern import kernel_launcher, keys
 from step5.ops._rows import (
     _check_deployment,

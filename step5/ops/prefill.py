@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from jitkern import LaunchSpec, TritonJitKernel, cdiv, kernel_launcher, keys
-from jitkern.call_plan import public_call, torch_step
+from jitkern import public_call, torch_step
 from step5.ops._rows import (
     _check_deployment,
     _dtype_name,

@@ -67,8 +67,8 @@ def manifest_keys(paths=None) -> dict[str, set]:
     its keys: the single source of variants, independent of the loader's validation
     (tested separately).
     """
-    from jitkern import Layout
-    from jitkern.registry import get_kernel, import_modules
+    from jitkern import LayoutDomain
+    from jitkern.kernel.registry import get_kernel, import_modules
 
     known: dict[str, set] = {}
     for path in MANIFESTS if paths is None else paths:
@@ -77,7 +77,7 @@ def manifest_keys(paths=None) -> dict[str, set]:
         for entry in manifest["kernels"]:
             kernel = get_kernel(entry["kernel"])
             declared = {**manifest.get("layout", {}), **entry.get("layout", {})}
-            layout = Layout(**{field: frozenset(names) for field, names in declared.items()})
+            layout = LayoutDomain(**{field: frozenset(names) for field, names in declared.items()})
             known.setdefault(kernel.name, set()).update(
-                kernel.binary_keys(kernel.get_warmup_keys(**entry["config"]), layout))
+                kernel.layouts.binary_keys(kernel.get_warmup_keys(**entry["config"]), layout))
     return known

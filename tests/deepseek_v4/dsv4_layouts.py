@@ -82,10 +82,10 @@ def compile_for(kernel, key, target: str, layout: dict[str, str] | None = None,
     runtime arguments ``layout`` names specialised as it says (``{"State_ptr": "*fp32"}``:
     not 16-byte aligned) and ``constants`` replacing the key's (a sweep's tiling)."""
     from jitkern import LaunchSpec
-    from jitkern.specialisation import stand_ins_for
+    from jitkern.layouts.specialisation import stand_ins_for
     from jitkern.targets import compile_only, parse_target
 
-    kwargs, _ = kernel.stand_ins(key)
+    kwargs, _ = kernel.layouts.stand_ins(key)
     spec = LaunchSpec((1,), stand_ins_for(kernel.kernel, kwargs, layout or {}), key)
     with compile_only(parse_target(target)):
         return kernel.kernel.warmup(grid=(1,), **{**kernel.triton_kwargs(spec), **(constants or {})})

@@ -168,7 +168,7 @@ def test_warmup_keys_follow_the_spec_table():
         keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
         assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}
         assert len(keys) == 4  # positions x req_indices dtypes
-        binaries = kernel.binary_keys(keys)
+        binaries = kernel.layouts.binary_keys(keys)
         assert len(binaries) == 4 * 3  # x the classes of a block table's row stride: 1, 16k, other
         assert {binary.layout for binary in binaries} == {"", "block_table_row_stride:1", "block_table_row_stride:i32"}
         for binary in binaries:

@@ -394,7 +394,7 @@ def test_warmup_keys_follow_the_spec_table():
         keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
         assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}
         assert len(keys) == 8  # positions x slot_mapping x req_indices dtypes
-        binaries = kernel.binary_keys(keys)
+        binaries = kernel.layouts.binary_keys(keys)
         assert {binary.layout for binary in binaries} == {""}  # the table's row stride is not specialised
         for binary in binaries:
             kernel.compile(binary)  # under the interpreter: checks the stand-ins dispatch to the key

@@ -11,7 +11,7 @@ from test_dsv4_step_sequence import DEPLOYMENTS, VIEWS_MANIFEST, run_schedule
 
 from jitkern import guard
 from jitkern.testing import assert_no_compile
-from jitkern.warmup import load
+from jitkern.serve import load
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,7 @@ import pytest
 from dsv4_helpers import MANIFESTS, manifest_keys
 
 from deepseek_v4.common import LAYOUTS
-from jitkern.registry import get_kernel
+from jitkern.kernel.registry import get_kernel
 from jitkern.testing import check_coverage
 
 
@@ -193,7 +193,7 @@ def test_a_one_token_step_takes_the_warmed_binary_whatever_its_row_strides(head_
             one_token = {**store, "kv": make(), "score": make()}
             save_partial_states(**one_token)
             decode_step(**_decode_call(one_token, compress, tokens=1))
-    warmed = {kernel.name: kernel.binary_keys(kernel.get_warmup_keys(**config))
+    warmed = {kernel.name: kernel.layouts.binary_keys(kernel.get_warmup_keys(**config))
               for kernel in (SavePartialStatesKernel(), DecodeStepKernel())}
     with compile_only(parse_target("cuda:90")):
         assert testing.uncovered_by_warmup(launches, warmed) == []

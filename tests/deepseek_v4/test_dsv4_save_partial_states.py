@@ -185,18 +185,18 @@ def test_a_binary_is_named_by_what_triton_specialises_on():
     classes (the layout jitkern derives)."""
     kernel = SavePartialStatesKernel()
     inputs, _ = _case(4, 16, 16, 4, 4, blocks=2)
-    base = kernel.binary_key(kernel.launch_spec(**inputs))
+    base = kernel.layouts.binary_key(kernel.launch_spec(**inputs))
     variants = [
         dict(positions=inputs["positions"].int()),
         dict(slot_mapping=inputs["slot_mapping"].int()),
         dict(score=torch.randn(4, 40)[:, 1:17]),  # 4-byte offset: not 16-byte aligned
         dict(kv=torch.randn(4, 16)),  # row stride 16 (divisible) instead of 37
     ]
-    binaries = [kernel.binary_key(kernel.launch_spec(**{**inputs, **variant})) for variant in variants]
+    binaries = [kernel.layouts.binary_key(kernel.launch_spec(**{**inputs, **variant})) for variant in variants]
     assert len({base, *binaries}) == 1 + len(variants)
     assert binaries[2].key == base.key and "Score_ptr" in binaries[2].layout
     # Another stride of the same Triton class shares the binary.
     same_class = dict(kv=torch.randn(4, 80)[:, :16])  # 2*16+5=37 -> 17; 80 % 16 == 0 -> 16: differs
-    assert kernel.binary_key(kernel.launch_spec(**{**inputs, **same_class})) != base
+    assert kernel.layouts.binary_key(kernel.launch_spec(**{**inputs, **same_class})) != base
     odd = dict(kv=torch.randn(4, 41)[:, :16])  # 41: same class as 37
-    assert kernel.binary_key(kernel.launch_spec(**{**inputs, **odd})) == base
+    assert kernel.layouts.binary_key(kernel.launch_spec(**{**inputs, **odd})) == base

@@ -200,7 +200,7 @@ def run_schedule(ratio, head_dim, requests, lengths, max_chunk, views: bool = Fa
 def test_schedule_matches_sequence_reference_and_manifest(ratio, head_dim, requests, lengths, max_chunk):
     with record_launches() as launches:
         run_schedule(ratio, head_dim, requests, lengths, max_chunk)
-    launched = [(kernel, kernel.binary_key(spec)) for kernel, spec in launches]
+    launched = [(kernel, kernel.layouts.binary_key(spec)) for kernel, spec in launches]
 
     known = manifest_keys()
     missing = {k.describe(key) for k, key in launched if key not in known.get(k.name, set())}

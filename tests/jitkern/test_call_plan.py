@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitkern import call_plan, registry
+from jitkern.launch import plans as call_plan
+from jitkern.kernel import registry
 from jitkern.examples.axpy import axpy
 from jitkern.testing import DryRunDriver
 
@@ -30,7 +31,7 @@ def launcher_calls(monkeypatch):
 
     monkeypatch.setattr(DryRunDriver, "launcher_cls", launcher_cls)
     for name in registry.kernel_names():
-        registry.get_kernel(name).forget_binaries()  # binaries loaded from here on use this launcher
+        registry.get_kernel(name).binaries.forget()  # binaries loaded from here on use this launcher
     return calls
 
 
@@ -124,7 +125,7 @@ def test_plans_are_bounded_and_a_function_whose_signatures_do_not_repeat_stops_p
     launcher_calls.clear()
     axpy(torch.randn(3), torch.randn(3), 5.0, out[:3])  # evicted: a full call, then it is seen again
     assert launcher_calls[-1][1][3] == 5.0
-    registry.get_kernel("jitkern.example.axpy").forget_binaries()
+    registry.get_kernel("jitkern.example.axpy").binaries.forget()
     monkeypatch.setattr(call_plan, "PLANS_MADE_AT_MOST", 2)
     from jitkern.examples import axpy as module
 
@@ -157,7 +158,7 @@ def test_forgetting_binaries_drops_the_plans(launcher_calls):
     axpy(x, y, 2.0, out)
     axpy(x, y, 2.0, out)
     assert planned(axpy)
-    registry.get_kernel("jitkern.example.axpy").forget_binaries()
+    registry.get_kernel("jitkern.example.axpy").binaries.forget()
     assert not planned(axpy)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jitkern import Layout, registry
+from jitkern import LayoutDomain
+from jitkern.kernel import registry
 from jitkern.testing import check_coverage
 
 pytestmark = pytest.mark.compiled
@@ -69,8 +70,8 @@ def test_a_warmup_narrower_than_the_deployment_fails_naming_the_argument():
     config = {"block_size": 64, "ring_capacity": 8}
     deployment = {"unaligned": ["z"], "strided": ["z.0"]}
     assert check_coverage(kernel, config, deployment, max_examples=60) > 0
-    one_flag_for_all = kernel.binary_keys(kernel.get_warmup_keys(**config),
-                                          Layout(unaligned=frozenset({"key"}), strided=frozenset({"z.0"})))
+    one_flag_for_all = kernel.layouts.binary_keys(kernel.get_warmup_keys(**config),
+                                          LayoutDomain(unaligned=frozenset({"key"}), strided=frozenset({"z.0"})))
     with pytest.raises(AssertionError, match=r"z: a bf16 tensor not 16-byte aligned; warmed binaries all assume a "
                                              r"bf16 tensor 16-byte aligned"):
         check_coverage(kernel, config, deployment, warmed=one_flag_for_all, max_examples=200)
@@ -82,10 +83,10 @@ def test_a_contiguous_stride_over_a_varying_dimension_is_warmed_in_every_class()
     kernel = registry.get_kernel("deepseek_v4.compress_windows")
     config = {"head_dim": 128, "compress_ratio": 4, "index_dtypes": ["int32"]}
     keys = kernel.get_warmup_keys(**config)
-    assert {binary.layout for binary in kernel.binary_keys(keys)} == \
+    assert {binary.layout for binary in kernel.layouts.binary_keys(keys)} == \
         {"", "block_table_row_stride:1", "block_table_row_stride:i32"}
     assert check_coverage(kernel, config, max_examples=80) > 0
-    base_only = [binary for binary in kernel.binary_keys(keys) if not binary.layout]
+    base_only = [binary for binary in kernel.layouts.binary_keys(keys) if not binary.layout]
     with pytest.raises(AssertionError, match=r"block_table.stride\(0\): (equal to 1|i32 not a multiple of 16)"):
         check_coverage(kernel, config, warmed=base_only, max_examples=200)
 

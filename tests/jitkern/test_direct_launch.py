@@ -12,9 +12,9 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from triton.runtime.driver import driver
 
-from jitkern import LaunchSpec, Layout, TritonWarmupTensor, guard, settings
+from jitkern import LaunchSpec, LayoutDomain, TritonWarmupTensor, guard, settings
 from jitkern.examples.axpy import AxpyKernel, axpy
-from jitkern.direct_launch import build_direct_launch
+from jitkern.launch.direct import build_direct_launch
 from jitkern.testing import dry_run_gpu, record_launches, triton_lookup_key
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
@@ -34,8 +34,8 @@ def triton_runs(monkeypatch, kernel):
 
 
 def test_direct_launch_uses_the_binary_the_normal_path_would():
-    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
-    for key in KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), every_offset):
+    every_offset = LayoutDomain(unaligned=frozenset({"x", "y", "out"}))
+    for key in KERNEL.layouts.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), every_offset):
         KERNEL.compile(key)
     with record_launches() as launches:
         for n in [1, 3, 16, 1000, 5003]:
@@ -44,15 +44,15 @@ def test_direct_launch_uses_the_binary_the_normal_path_would():
                     axpy(*inputs(n, dtype, offset), 2.0)
     binaries = KERNEL.kernel.device_caches["compile-only:cuda:90"][0]
     for kernel, spec in launches:
-        direct = KERNEL.direct_launch(spec)
+        direct = KERNEL.binaries.direct_launch(spec)
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
 
 
 def test_a_key_with_binaries_of_several_layouts_launches_each_directly(monkeypatch):
     """24 binaries of one key (x, y, out aligned or not; three classes of n_elements): each
     launch is picked by its layout, with no call of Triton's own path; another dtype is not."""
-    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
-    for binary in KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32"]), every_offset):
+    every_offset = LayoutDomain(unaligned=frozenset({"x", "y", "out"}))
+    for binary in KERNEL.layouts.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32"]), every_offset):
         KERNEL.compile(binary)
     runs = triton_runs(monkeypatch, KERNEL)
     for n in (1, 16, 17, 1000):
@@ -79,7 +79,7 @@ def test_a_call_outside_the_warmed_specialisation_takes_the_normal_path(monkeypa
     x, y = inputs(1000)
     blind(x, y, x, 1.0)  # first call: Triton's path, then the key gets its direct launch
     key = blind.launch_spec(x=x, y=y, out=x, alpha=1.0).key
-    assert blind.warmed_layouts(key) == ["n_elements:i32"]
+    assert blind.binaries.layouts_of(key) == ["n_elements:i32"]
     runs = triton_runs(monkeypatch, blind)
     unaligned_x, _ = inputs(1000, offset=1)
     try:
@@ -141,17 +141,17 @@ def test_keys_launched_in_turn_each_take_their_own_binary():
         axpy(x, y, 1.0)
         specs.append(KERNEL.launch_spec(x, y, torch.empty_like(y), 1.0))
     assert len({id(spec.key) for spec in specs}) == 3 and specs[3].key is specs[0].key
-    assert KERNEL.binary_key(specs[3]) != KERNEL.binary_key(specs[0])  # x unaligned: another binary
+    assert KERNEL.layouts.binary_key(specs[3]) != KERNEL.layouts.binary_key(specs[0])  # x unaligned: another binary
 
     def launch_in_turn():
         binaries = KERNEL.kernel.device_caches["compile-only:cuda:90"][0]
         for spec in [*specs, *specs, specs[1], specs[1], specs[0], specs[3], specs[3], specs[0]]:
             launched = KERNEL.launch(spec)
             assert launched is not None
-            assert KERNEL.direct_launch(spec, launched).binary is binaries[triton_lookup_key(KERNEL, spec)]
+            assert KERNEL.binaries.direct_launch(spec, launched).binary is binaries[triton_lookup_key(KERNEL, spec)]
 
     launch_in_turn()
-    KERNEL.forget_binaries()
+    KERNEL.binaries.forget()
     for spec in specs:
         assert KERNEL.launch(spec) is None  # Triton's path, which compiles the binary again
     launch_in_turn()
@@ -161,7 +161,7 @@ def test_what_no_key_pins_is_checked_on_every_direct_launch(monkeypatch):
     x, y = inputs(100)
     axpy(x, y, 1.0)
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    direct = KERNEL.direct_launch(spec)
+    direct = KERNEL.binaries.direct_launch(spec)
     assert direct.launch(spec.kwargs, spec.grid)
     assert not direct.launch({**spec.kwargs, "alpha": 1}, spec.grid)  # an int where the binary has a float
     assert not direct.launch(dict(spec.kwargs, num_warps=8), spec.grid)  # anything more: Triton's path decides
@@ -216,9 +216,9 @@ def test_direct_launch_can_be_turned_off():
     with settings.scope(direct_launch=False):
         axpy(x, y, 1.0)
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    assert KERNEL.direct_launch(spec) is None  # every launch takes Triton's own path
+    assert KERNEL.binaries.direct_launch(spec) is None  # every launch takes Triton's own path
     axpy(x, y, 1.0)
-    assert KERNEL.direct_launch(spec) is not None
+    assert KERNEL.binaries.direct_launch(spec) is not None
 
 
 def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch):
@@ -227,13 +227,13 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
     looked up for the first."""
     from pathlib import Path
 
-    from jitkern import registry
+    from jitkern.kernel import registry
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from benchmarks import launch_samples
 
     for name in registry.kernel_names():
-        registry.get_kernel(name).forget_binaries()
+        registry.get_kernel(name).binaries.forget()
     with record_launches() as first:
         launch_samples.drive_all("cpu")
     with record_launches() as second:
@@ -242,7 +242,7 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
     shipped = {name for name in registry.kernel_names() if name.partition(".")[0] in ("step5", "deepseek_v4")}
     assert launched >= shipped, launched  # every shipped kernel (the registry also holds the tests' own)
     for kernel, spec in second:
-        direct = kernel.direct_launch(spec)
+        direct = kernel.binaries.direct_launch(spec)
         binaries = kernel.kernel.device_caches["compile-only:cuda:90"][0]
         assert direct.binary is binaries[triton_lookup_key(kernel, spec)], kernel.describe(spec.key)
 
@@ -380,7 +380,7 @@ def test_tensors_made_under_inference_mode_launch_directly(monkeypatch):
     x, y = inputs(256)
     axpy(x, y, 1.0)  # prepares the direct launch, outside inference mode
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    direct = KERNEL.direct_launch(spec)
+    direct = KERNEL.binaries.direct_launch(spec)
     runs = triton_runs(monkeypatch, KERNEL)
     with torch.inference_mode():
         a, b, out = torch.randn(256), torch.randn(256), torch.empty(256)
@@ -399,7 +399,7 @@ def test_a_torch_function_mode_that_drops_the_arguments_mid_check_cannot_break_t
     x, y = inputs(256)
     axpy(x, y, 1.0)  # prepares the direct launch
     spec = KERNEL.launch_spec(x, y, torch.empty_like(x), 1.0)
-    direct = KERNEL.direct_launch(spec)
+    direct = KERNEL.binaries.direct_launch(spec)
     arguments = dict(spec.kwargs, X_ptr=torch.randn(256))
 
     class Dropping(TorchFunctionMode):

@@ -31,7 +31,7 @@ def test_the_direct_launch_writes_what_triton_s_launch_writes(monkeypatch):
         launch_samples.drive_all("cuda")  # also gives every key its direct launch
     assert {kernel.name for kernel, _, _ in launches} >= {"deepseek_v4.compress_windows", "step5.update_verify"}
     for kernel, spec, before in launches:
-        direct = kernel.direct_launch(spec)
+        direct = kernel.binaries.direct_launch(spec)
 
         def bytes_after(run) -> dict[str, torch.Tensor]:
             for name, saved in before.items():

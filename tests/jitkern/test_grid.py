@@ -1,4 +1,4 @@
-"""jitkern.grid: the launchers' host arithmetic gives Triton's answers."""
+"""jitkern.kernel.grid: the launchers' host arithmetic gives Triton's answers."""
 
 import random
 

@@ -7,7 +7,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import JitKernel, Layout, WarmupMismatch, key_name, registry
+from jitkern import JitKernel, LayoutDomain, WarmupMismatch, key_name
+from jitkern.kernel import registry
 from jitkern.examples.axpy import AxpyKernel, axpy
 
 
@@ -44,8 +45,8 @@ def test_kernels_are_singletons_and_registered_by_name():
 
 def test_every_warmup_key_round_trips_through_the_launch_path():
     kernel = AxpyKernel()
-    every_offset = Layout(unaligned=frozenset({"x", "y", "out"}))
-    binaries = kernel.binary_keys(kernel.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=[256, 1024]),
+    every_offset = LayoutDomain(unaligned=frozenset({"x", "y", "out"}))
+    binaries = kernel.layouts.binary_keys(kernel.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=[256, 1024]),
                                   every_offset)
     assert len(binaries) == 2 * 2 * 8 * 3  # dtypes x block sizes x alignments x classes of n_elements
     for binary in binaries:
@@ -110,7 +111,7 @@ def test_a_kernels_triton_cache_key_does_not_depend_on_what_was_hashed_before():
     (Step5's decode kernel once looked up another key than warmup built, after verify was
     hashed first; its helpers have no constexpr global since they take their code paths as
     constexpr arguments, so two kernels of this module show it.)"""
-    from jitkern.settle import _callees_first, settle_cache_key
+    from jitkern.kernel.settle import _callees_first, settle_cache_key
 
     decode, prefill = _first_kernel, _second_kernel
     settle_cache_key(decode)

@@ -7,8 +7,9 @@ import pytest
 import torch
 import triton
 
-from jitkern import BinaryKey, Layout, guard
+from jitkern import BinaryKey, LayoutDomain, guard
 from jitkern.examples.axpy import AxpyKernel, axpy
+from jitkern.manifest import recorded_entries
 from jitkern.testing import UnexpectedCompile, assert_no_compile, record_launches, uncovered_by_warmup
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
@@ -28,16 +29,16 @@ def sampled_launches():
     return launches
 
 
-EVERY_OFFSET = Layout(unaligned=frozenset({"x", "y", "out"}))
+EVERY_OFFSET = LayoutDomain(unaligned=frozenset({"x", "y", "out"}))
 
 
 def test_every_real_launch_finds_a_binary_that_warmup_built():
-    keys = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), EVERY_OFFSET)
+    keys = KERNEL.layouts.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]), EVERY_OFFSET)
     assert uncovered_by_warmup(sampled_launches(), {KERNEL.name: keys}) == []
 
 
 def test_a_warmup_narrower_than_the_launches_is_caught_naming_the_argument():
-    aligned_only = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]))
+    aligned_only = KERNEL.layouts.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"]))
     uncovered = uncovered_by_warmup(sampled_launches(), {KERNEL.name: aligned_only})
     assert uncovered and all("(Triton key" in line for line in uncovered)
     assert any("x: a fp32 tensor not 16-byte aligned; warmed binaries all assume a fp32 tensor 16-byte aligned"
@@ -51,7 +52,7 @@ def test_a_compile_key_not_warmed_is_told_from_the_nearest_warmed_key():
     import random
 
     block_sizes = random.sample([128, 256, 512, 2048], 2)
-    warmed = KERNEL.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=block_sizes))
+    warmed = KERNEL.layouts.binary_keys(KERNEL.get_warmup_keys(dtypes=["float32", "bfloat16"], block_sizes=block_sizes))
     with record_launches(dry_run=True) as launches:
         axpy(torch.randn(300, dtype=torch.bfloat16), torch.randn(300, dtype=torch.bfloat16), 0.5)  # block 1024
         axpy(torch.randn(30, dtype=torch.float16), torch.randn(30, dtype=torch.float16), 0.5)
@@ -62,7 +63,7 @@ def test_a_compile_key_not_warmed_is_told_from_the_nearest_warmed_key():
 
 def test_assert_no_compile_passes_after_warmup_and_names_a_miss():
     x, y = torch.randn(1000), torch.randn(1000)
-    KERNEL.compile(KERNEL.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
+    KERNEL.compile(KERNEL.layouts.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
     with assert_no_compile():
         axpy(x, y, 2.0)
     with pytest.raises(UnexpectedCompile) as error:
@@ -100,7 +101,7 @@ def test_guard_warn_and_record_modes(tmp_path):
         axpy(x[1:], x[1:], 1.0)  # warmed by the line above: nothing new to record
     finally:
         guard.set_mode("off")
-    (entry,) = guard.recorded_entries(record_file)
+    (entry,) = recorded_entries(record_file)
     assert entry["kernel"] == "jitkern.example.axpy" and len(entry["keys"]) == 1
     fields = dict(entry["keys"][0])
     recorded = BinaryKey(KERNEL.CompileKey(**{k: v for k, v in fields.items() if k != "layout"}), fields["layout"])
@@ -131,10 +132,10 @@ def test_a_miss_of_a_binary_the_process_holds_is_told_as_such(monkeypatch):
     from jitkern import settings
 
     x, y = torch.randn(1000), torch.randn(1000)
-    KERNEL.forget_binaries()
+    KERNEL.binaries.forget()
     try:
         with settings.scope(direct_launch=False):  # Triton's path: its binaries are per device
-            KERNEL.compile(KERNEL.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
+            KERNEL.compile(KERNEL.layouts.binary_key(KERNEL.launch_spec(x=x, y=y, out=x, alpha=1.0)))
             monkeypatch.setattr(driver.active, "device", "another device")
             with pytest.raises(UnexpectedCompile, match=r"launch missed the warmed binaries: jitkern.example.axpy\["
                                                         r"dtype=float32,block_size=1024,layout=n_elements:i32\] \(its "
@@ -143,4 +144,4 @@ def test_a_miss_of_a_binary_the_process_holds_is_told_as_such(monkeypatch):
                 with assert_no_compile():
                     axpy(x, y, 2.0)
     finally:
-        KERNEL.forget_binaries()  # held without direct launches: later tests prepare their own
+        KERNEL.binaries.forget()  # held without direct launches: later tests prepare their own

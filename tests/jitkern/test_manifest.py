@@ -312,7 +312,7 @@ def test_a_key_holding_a_torch_dtype_loads_back_from_what_the_guard_records(tmp_
     traceback (no schema for torch.dtype). Both names of a dtype load, a wrong one is named."""
     from jitkern.kernel import key_fields
 
-    (binary,) = DtypeShiftKernel().binary_keys(DtypeShiftKernel().get_warmup_keys(has_bias=[False]))
+    (binary,) = DtypeShiftKernel().layouts.binary_keys(DtypeShiftKernel().get_warmup_keys(has_bias=[False]))
     recorded, by_name = key_fields(binary), {**key_fields(binary), "dtype": "float32"}
     document = {"format_version": 1, "name": "dtypes", "targets": ["cuda:90"],
                 "kernels": [{"kernel": DtypeShiftKernel.name, "keys": [recorded, by_name]}]}

@@ -13,7 +13,7 @@ from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher
-from jitkern.specialisation import _text, int_classes
+from jitkern.layouts.specialisation import _text, int_classes
 
 _EDGES = [0, 1, 2, 15, 16, 17, 32, 2**31 - 16, 2**31 - 1]
 _LARGE_EDGES = [2**31, 2**31 + 16, 2**32 + 1, 2**40]
@@ -62,13 +62,13 @@ def test_an_integer_not_specialised_on_alignment_is_warmed_in_the_classes_it_tak
     """Triton marks no multiple of 16 of such an integer, only 1: a layout ``offset:i32/16``
     would be a binary no launch looks up, and its stand-ins would not specialise as named."""
     kernel = OffsetKernel()
-    binaries = kernel.binary_keys(kernel.get_warmup_keys())
+    binaries = kernel.layouts.binary_keys(kernel.get_warmup_keys())
     assert {binary.layout for binary in binaries} == {"", "offset:1"}
     for binary in binaries:
         kernel.compile(binary)  # under the interpreter: builds its stand-ins, checks them with Triton
     x = TritonWarmupTensor(torch.float32, shape=(64,))
     for offset in [0, 1, 16, 17, random.randrange(2**31)]:
-        assert kernel.binary_key(kernel.launch_spec(x, offset, 16)) in binaries
+        assert kernel.layouts.binary_key(kernel.launch_spec(x, offset, 16)) in binaries
 
 
 @pytest.mark.compiled
@@ -77,8 +77,8 @@ def test_each_class_of_such_an_integer_launches_directly(monkeypatch):
     """The layout picker tells the binaries apart by the classes Triton gives, so a launch
     of 16 after one of 1 takes the ``i32`` binary directly, not Triton's path."""
     kernel = OffsetKernel()
-    kernel.forget_binaries()
-    for binary in kernel.binary_keys(kernel.get_warmup_keys()):
+    kernel.binaries.forget()
+    for binary in kernel.layouts.binary_keys(kernel.get_warmup_keys()):
         kernel.compile(binary)
     runs, run = [], kernel.kernel.run
     monkeypatch.setattr(kernel.kernel, "run", lambda *args, **kwargs: runs.append(kwargs) or run(*args, **kwargs))
@@ -127,7 +127,7 @@ def test_a_tuple_argument_is_refused_by_name_as_its_items_layouts_cannot_be_name
     kernel = PairSumKernel()
     with pytest.raises(TypeError, match="_pair_sum_kernel: runtime argument Pair is a tuple; Triton specialises "
                                         "each of its items"):
-        kernel.binary_keys(kernel.get_warmup_keys())
+        kernel.layouts.binary_keys(kernel.get_warmup_keys())
 
 
 @triton.jit(do_not_specialize=["X"])
@@ -152,11 +152,11 @@ def test_a_pointer_triton_does_not_specialise_takes_one_binary_whatever_the_layo
     ``do_not_specialize_on_alignment`` does. A layout listing it as ``unaligned`` gave an
     aligned binary too, whose stand-ins Triton specialises as the other: the warmup of
     that key failed with WarmupMismatch."""
-    from jitkern import Layout
+    from jitkern import LayoutDomain
 
     kernel = UnspecialisedPointerKernel()
-    binaries = kernel.binary_keys(kernel.get_warmup_keys(), Layout(unaligned=frozenset({"x"})))
+    binaries = kernel.layouts.binary_keys(kernel.get_warmup_keys(), LayoutDomain(unaligned=frozenset({"x"})))
     for binary in binaries:
         kernel.compile(binary)  # under the interpreter: builds its stand-ins, checks them with Triton
     x = TritonWarmupTensor(torch.float32, shape=(64,), aligned=False)
-    assert binaries == [kernel.binary_key(kernel.launch_spec(x, 0, 16))]
+    assert binaries == [kernel.layouts.binary_key(kernel.launch_spec(x, 0, 16))]

@@ -19,7 +19,7 @@ from jitkern.targets import (
     INTERPRETER,
     SUPPORTED_TARGETS,
     Target,
-    _target_of,
+    target_of,
     fit_launch_options,
     parse_target,
     parse_targets,
@@ -30,7 +30,7 @@ AXPY = "jitkern.example.axpy"
 
 
 def target(name: str, portable: bool = False) -> Target:
-    return _target_of(parse_target(name), portable)
+    return target_of(parse_target(name), portable)
 
 
 def small_manifest(path: Path, dtype: str, targets: list[str] = ["cuda:90"]) -> Path:  # noqa: B006
@@ -78,7 +78,7 @@ def test_a_target_list_is_checked_and_deduplicated():
         parse_targets("cuda:80,hip:mi300")
 
 
-def test_what_each_target_offers_kernels():
+def test_what_eachtarget_offers_kernels():
     offers = lambda t: (t.ptx, t.cuda_at_least(89), t.pdl)  # noqa: E731
     assert offers(target("cuda:80")) == offers(target("cuda:86")) == (True, False, False)
     assert offers(target("cuda:89")) == (True, True, False)
@@ -151,22 +151,23 @@ def test_targets_are_compiled_checked_and_listed_apart(tmp_path):
 
 @pytest.mark.compiled
 def test_load_takes_this_gpus_target_from_a_multi_target_cache(triton_cache, tmp_path):
-    from jitkern import hooks, registry
+    from jitkern import hooks
+    from jitkern.kernel import registry
     from jitkern.examples import axpy  # noqa: F401 - registers the kernel
     from jitkern.testing import dry_run_gpu
-    from jitkern.warmup import MissingBinary, load
+    from jitkern.serve import MissingBinary, load
 
     manifest = small_manifest(tmp_path / "axpy.json", "float16", ["cuda:80", "hip:gfx942"])
     assert warmup(manifest, "--jobs", "1", cache_dir=triton_cache).returncode == 0
     fresh = []
     with hooks.watching(on_compile=lambda *, cache_hit, **_: fresh.append(not cache_hit)):
         for gpu in ("hip:gfx942", "cuda:80"):
-            registry.get_kernel(AXPY).forget_binaries()
+            registry.get_kernel(AXPY).binaries.forget()
             with dry_run_gpu(gpu):
                 (loaded,) = load([str(manifest)])
             assert loaded.binaries == 3
     assert fresh and not any(fresh)
-    registry.get_kernel(AXPY).forget_binaries()
+    registry.get_kernel(AXPY).binaries.forget()
     with dry_run_gpu("cuda:90"), pytest.raises(MissingBinary) as missing:
         load([str(manifest)])
     assert "3 of 3 keys are not usable in the cache" in str(missing.value) and "for cuda:90" in str(missing.value)
@@ -177,7 +178,7 @@ def test_load_takes_this_gpus_target_from_a_multi_target_cache(triton_cache, tmp
 def test_load_on_a_machine_with_no_gpu_says_so_in_one_line(triton_cache, tmp_path):
     """A serving process started where there is no GPU (a CPU node, a container without the
     driver): one error naming the problem, not Triton's traceback about active drivers."""
-    from jitkern.warmup import load
+    from jitkern.serve import load
 
     manifest = small_manifest(tmp_path / "axpy.json", "float32")
     assert warmup(manifest, "--jobs", "1", cache_dir=triton_cache).returncode == 0
@@ -217,7 +218,7 @@ def _one_key_of_each_kernel():
 def test_every_shipped_kernel_compiles_for_every_target_with_its_own_code_paths(name, triton_cache):
     """Hardware conversions, inline PTX and PDL where the target has them, the portable
     paths where it does not: never a compiler failure."""
-    from jitkern.compile import target_notes
+    from jitkern.build.compile import target_notes
     from jitkern.targets import compile_only
 
     gpu = parse_target(name)
@@ -254,8 +255,8 @@ def test_portable_paths_on_an_nvidia_target(triton_cache):
         with settings.scope(portable_paths=True):
             portable = decode.compile(decode_key)
             plain = store.compile(pdl_key)
-            assert decode._key_constants(decode_key.key)["NVIDIA"] is False
-        assert decode._key_constants(decode_key.key)["NVIDIA"] is True  # kept per target
+            assert decode.constants_for(decode_key.key)["NVIDIA"] is False
+        assert decode.constants_for(decode_key.key)["NVIDIA"] is True  # kept per target
     assert native.hash != portable.hash
     assert "ex2.approx.ftz.f32" in native.asm["ptx"] and "cvt.rn.satfinite.e4m3x2.f32" in native.asm["ptx"]
     for marker in ("ex2.approx.ftz.f32", "fence.acq_rel.cta", "cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.bf16.f32"):
@@ -343,7 +344,7 @@ def test_an_amd_cache_is_found_by_a_triton_installed_elsewhere(tmp_path):
 def test_an_amd_cache_keyed_by_install_path_is_named_in_one_line(tmp_path):
     """A cache an AMD compiler made with Triton's own key (a jitkern before the path-free
     key): --check says so, with the count, instead of listing every key."""
-    from jitkern.identity import compiler_identity, record_identity
+    from jitkern.cache.identity import compiler_identity, record_identity
 
     manifest = small_manifest(tmp_path / "axpy.json", "float32", ["hip:gfx942"])
     cache = tmp_path / "cache"
@@ -368,12 +369,13 @@ def test_hip_launches_look_up_the_binaries_warmup_built(triton_cache):
     over 2 GiB needs another binary, and the miss says why."""
     import torch
 
-    from jitkern import TritonWarmupTensor, registry, testing
+    from jitkern import TritonWarmupTensor, testing
+    from jitkern.kernel import registry
     from jitkern.examples.axpy import AxpyKernel, axpy
     from jitkern.manifest import load_manifest, manifest_keys
 
     kernel = AxpyKernel()
-    kernel.forget_binaries()
+    kernel.binaries.forget()
     every_offset = {"unaligned": ["x", "y", "out"]}
     warmed = manifest_keys(load_manifest(example_manifest(triton_cache.parent / "fp16.json", every_offset,
                                                           dtypes=["float16"])))

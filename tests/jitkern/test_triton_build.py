@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jitkern import settings, triton_build
+from jitkern import settings, memo as triton_build
 
 
 @pytest.fixture

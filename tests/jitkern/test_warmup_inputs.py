@@ -4,7 +4,7 @@ from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
 from jitkern import TritonWarmupTensor, launch_stride
-from jitkern.specialisation import representative
+from jitkern.layouts.specialisation import representative
 
 
 def triton_class(value):

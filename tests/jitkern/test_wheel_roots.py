@@ -8,19 +8,20 @@ import sys
 
 import pytest
 
-from jitkern import cache, settings
+from jitkern import settings
+from jitkern.cache import roots
 
 
 def install_cache_package(site, name: str) -> str:
     """A distribution in ``site`` as a cache wheel installs it: its package with a ``cache``
     folder, and an entry point in ``jitkern.caches`` naming the package."""
-    (site / name / cache.WHEEL_DATA).mkdir(parents=True)
+    (site / name / roots.WHEEL_DATA).mkdir(parents=True)
     (site / name / "__init__.py").write_text("")
     info = site / f"{name}-1.0.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0.0\n")
-    (info / "entry_points.txt").write_text(f"[{cache.WHEEL_ENTRY_POINTS}]\n{name} = {name}\n")
-    return str(site / name / cache.WHEEL_DATA)
+    (info / "entry_points.txt").write_text(f"[{roots.WHEEL_ENTRY_POINTS}]\n{name} = {name}\n")
+    return str(site / name / roots.WHEEL_DATA)
 
 
 @pytest.fixture
@@ -29,15 +30,15 @@ def site(tmp_path, monkeypatch):
     folder = tmp_path / "site"
     folder.mkdir()
     monkeypatch.syspath_prepend(str(folder))
-    cache.wheel_roots.cache_clear()
+    roots.wheel_roots.cache_clear()
     with settings.scope(state_dir=str(tmp_path / "state")):
         yield folder
-    cache.wheel_roots.cache_clear()
+    roots.wheel_roots.cache_clear()
 
 
 def roots_in(site) -> tuple[str, ...]:
-    cache.wheel_roots.cache_clear()
-    return tuple(root for root in cache.wheel_roots() if root.startswith(str(site)))
+    roots.wheel_roots.cache_clear()
+    return tuple(root for root in roots.wheel_roots() if root.startswith(str(site)))
 
 
 def entry_points_refused(monkeypatch):
@@ -50,8 +51,8 @@ def entry_points_refused(monkeypatch):
 def test_a_process_reads_the_entry_points_only_when_the_installed_distributions_changed(site, monkeypatch):
     first = install_cache_package(site, "jitkern_cache_first")
     assert roots_in(site) == (first,)
-    memo = json.loads((site.parent / "state" / cache.WHEEL_ROOTS_MEMO).read_text())
-    assert memo == {cache.installed_distributions(): json.dumps([first])}
+    memo = json.loads((site.parent / "state" / roots.WHEEL_ROOTS_MEMO).read_text())
+    assert memo == {roots.installed_distributions(): json.dumps([first])}
 
     with monkeypatch.context() as patch:  # the next process: the memo answers
         entry_points_refused(patch)
@@ -64,7 +65,7 @@ def test_a_process_reads_the_entry_points_only_when_the_installed_distributions_
     entry_points.write_text("[console_scripts]\nfirst = jitkern_cache_first:main\n")  # rewritten in place
     assert roots_in(site) == (second,)
 
-    (site / "jitkern_cache_second" / cache.WHEEL_DATA).rename(site / "elsewhere")  # removed by hand
+    (site / "jitkern_cache_second" / roots.WHEEL_DATA).rename(site / "elsewhere")  # removed by hand
     with monkeypatch.context() as patch:
         entry_points_refused(patch)
         with pytest.raises(AssertionError, match="entry points read"):  # the memo's answer is checked
@@ -79,7 +80,7 @@ def test_another_finder_of_distributions_is_asked_every_time(site, monkeypatch):
             return iter(())
 
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder])
-    assert cache.installed_distributions() is None
+    assert roots.installed_distributions() is None
     first = install_cache_package(site, "jitkern_cache_first")
     assert roots_in(site) == (first,)
     with monkeypatch.context() as patch:

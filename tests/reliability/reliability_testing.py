@@ -9,10 +9,11 @@ from typing import Any
 
 from warmup_testing import cache_entries
 
-from jitkern import hooks, registry
-from jitkern.cache import MISSING, inspect_entry
-from jitkern.compile import COMPILED, CACHED, compile_task
-from jitkern.warmup import resolve
+from jitkern import hooks
+from jitkern.kernel import registry
+from jitkern.cache.entries import inspect_entry
+from jitkern.build.compile import COMPILED, CACHED, compile_task, tasks_of
+from jitkern.manifest import resolve
 
 
 def warm(manifest: Path) -> dict[Any, Path]:
@@ -20,7 +21,7 @@ def warm(manifest: Path) -> dict[Any, Path]:
     plan, _note = resolve([str(manifest)], "cuda:90")
     forget_all_binaries()  # so that every key goes to the cache
     entries: dict[Any, Path] = {}
-    for task in plan.tasks():
+    for task in tasks_of(plan):
         groups: list[dict] = []
         with hooks.watching(on_compile=lambda *, metadata_group, **_: groups.append(metadata_group)):
             outcome = compile_task(task)
@@ -31,7 +32,7 @@ def warm(manifest: Path) -> dict[Any, Path]:
 
 def forget_all_binaries() -> None:
     for name in registry.kernel_names():
-        registry.get_kernel(name).forget_binaries()
+        registry.get_kernel(name).binaries.forget()
 
 
 def entry_states(cache: Path) -> dict[str, str | None]:

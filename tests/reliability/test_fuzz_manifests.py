@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 import deepseek_v4  # noqa: F401 - the kernel modules, imported once rather than per example
 import jitkern.examples.axpy  # noqa: F401
 import step5.ops.summary_update  # noqa: F401
-from jitkern import registry
+from jitkern.kernel import registry
 from jitkern.kernel import key_fields, key_name
 from jitkern.manifest import ManifestError, load_manifest
 

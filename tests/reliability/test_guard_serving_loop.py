@@ -11,7 +11,7 @@ from warmup_testing import cli, example_manifest
 from jitkern import guard
 from jitkern.examples.axpy import axpy
 from jitkern.testing import assert_no_compile
-from jitkern.warmup import load
+from jitkern.serve import load
 
 pytestmark = pytest.mark.compiled
 

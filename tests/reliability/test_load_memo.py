@@ -1,4 +1,4 @@
-"""A restarted process's ``load()`` from the memo of its deployment (``jitkern.load_memo``):
+"""A restarted process's ``load()`` from the memo of its deployment (``jitkern.serve.memo``):
 the same binaries, direct launches and layout pickers as the full path, without Triton's
 front end; and the full path whenever anything the memo vouches for changed."""
 
@@ -11,13 +11,18 @@ from triton.compiler.compiler import CompiledKernel
 from reliability_testing import forget_all_binaries, warm
 from warmup_testing import example_manifest
 
-from jitkern import load_memo, registry, settings
+from jitkern.serve import compiled, memo as load_memo
+from jitkern.kernel import registry
+from jitkern import settings
 from jitkern.cache import DamagedCacheEntry
 from jitkern.examples.axpy import axpy
 from jitkern.kernel import key_name
-from jitkern.share import build_lock, write_lock
+from jitkern.build.compile import tasks_of
+from jitkern.build.probe import build_lock
+from jitkern.cache.share import write_lock
 from jitkern.testing import DryRunDriver
-from jitkern.warmup import MissingBinary, load, resolve
+from jitkern.serve import MissingBinary, load
+from jitkern.manifest import resolve
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
 
@@ -62,9 +67,9 @@ def held(kernel_name: str) -> dict:
     """What a kernel holds after a load: each binary's direct launch source and binary
     identity, and each key's picker recipe."""
     kernel = registry.get_kernel(kernel_name)
-    binaries = {(key_name(key), layout): (direct.source, direct.binary.hash, direct.arg_names)
-                for key, by_layout in kernel._binaries.items() for layout, direct in by_layout.items()}
-    pickers = {key_name(key): pick.recipe for key, pick in kernel._pickers.items()}
+    binaries = {(key_name(binary.key), binary.layout): (direct.source, direct.binary.hash, direct.arg_names)
+                for binary in kernel.binaries.held() for direct in [kernel.binaries.direct_of(binary)]}
+    pickers = {key_name(key): recipe for key, recipe, _layouts in kernel.binaries.pickers()}
     return {"binaries": binaries, "pickers": pickers}
 
 
@@ -98,8 +103,9 @@ def test_a_second_load_takes_every_binary_from_the_memo_as_the_full_path_did(dep
     calls.clear()
     assert looked_up == [] and again.binaries == first.binaries
     assert held(AXPY) == full
-    for by_layout in registry.get_kernel(AXPY)._binaries.values():  # as Triton makes them of those files
-        for binary in (direct.binary for direct in by_layout.values()):
+    table = registry.get_kernel(AXPY).binaries
+    for held_binary in table.held():  # as Triton makes them of those files
+        for binary in [table.direct_of(held_binary).binary]:
             by_triton = CompiledKernel(binary.src, binary.metadata_group, binary.hash)
             for field in ("metadata", "packed_metadata", "name", "hash", "kernel", "asm", "metadata_group"):
                 assert getattr(binary, field) == getattr(by_triton, field), field
@@ -172,7 +178,7 @@ def test_a_kernel_of_another_triton_key_takes_the_full_path(deployment, monkeypa
     looked_up = full_paths(monkeypatch)
     with pytest.raises(MissingBinary):
         load([str(manifest)])
-    assert looked_up and not registry.get_kernel(AXPY)._binaries
+    assert looked_up and not registry.get_kernel(AXPY).binaries.held()
 
 
 @pytest.mark.parametrize("tuned", [dict(num_warps=8), dict(enable_fp_fusion=0)],
@@ -193,7 +199,7 @@ def test_a_key_whose_constants_changed_loads_its_new_binaries(deployment, monkey
     looked_up = full_paths(monkeypatch)
     (loaded,) = load([str(manifest)])
     assert len(looked_up) == loaded.binaries == len(entries)
-    metadata = [direct.binary.metadata for by_layout in kernel._binaries.values() for direct in by_layout.values()]
+    metadata = [kernel.binaries.direct_of(binary).binary.metadata for binary in kernel.binaries.held()]
     assert len(metadata) == len(entries)
     for name, value in tuned.items():
         assert all(type(getattr(each, name)) is type(value) and getattr(each, name) == value for each in metadata)
@@ -201,8 +207,8 @@ def test_a_key_whose_constants_changed_loads_its_new_binaries(deployment, monkey
     forget_all_binaries()  # the memo the full path wrote holds the new binaries
     looked_up.clear()
     load([str(manifest)])
-    assert looked_up == [] and [direct.binary.metadata for by_layout in kernel._binaries.values()
-                                for direct in by_layout.values()] == metadata
+    assert looked_up == [] and [kernel.binaries.direct_of(binary).binary.metadata
+                                for binary in kernel.binaries.held()] == metadata
 
 
 def test_a_triton_setting_or_jitkern_setting_is_another_deployment(deployment, monkeypatch):
@@ -237,13 +243,13 @@ def test_an_entry_damaged_since_the_memo_is_never_loaded(deployment, damage):
     forget_all_binaries()
     with pytest.raises(MissingBinary, match=rf"{AXPY}\[{key_name(victim)}\]"), pytest.warns(DamagedCacheEntry):
         load([str(manifest)])
-    assert victim.layout not in registry.get_kernel(AXPY)._binaries.get(victim.key, {})
+    assert victim.layout not in registry.get_kernel(AXPY).binaries.layouts_of(victim.key)
 
 
 def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, triton_cache):
     manifest, entries, _calls = deployment
     plan, _note = resolve([str(manifest)], "cuda:90")
-    _path, digest = write_lock(str(triton_cache), build_lock(plan.tasks()).lock)
+    _path, digest = write_lock(str(triton_cache), build_lock(tasks_of(plan)).lock)
     with settings.scope(lock_digest=digest):
         load([str(manifest)])
         victim = sorted(entries, key=str)[0]
@@ -296,12 +302,12 @@ def test_load_never_collects_the_whole_heap_and_leaves_the_collector_as_it_was(d
 
 @pytest.mark.parametrize("memo", [False, True], ids=["full path", "from the memo"])
 def test_load_rehearses_each_kernel_with_an_empty_grid_and_never_with_a_hook_set(deployment, memo):
-    """The rehearsal (``jitkern.rehearsal``) runs one launch of a binary held, whose grid is
+    """The rehearsal (``jitkern.serve.rehearsal``) runs one launch of a binary held, whose grid is
     empty (Triton's launcher then returns before the driver), and goes nowhere else:
     Triton's own path would look the binary up, or compile."""
     import triton
 
-    from jitkern.kernel import TritonJitKernel
+    from jitkern.launch import BinaryTable
 
     manifest, _entries, calls = deployment
     if memo:
@@ -309,7 +315,7 @@ def test_load_rehearses_each_kernel_with_an_empty_grid_and_never_with_a_hook_set
         forget_all_binaries()
     calls.clear()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(TritonJitKernel, "_launch_through_triton", lambda *args: pytest.fail("Triton's path ran"))
+        patch.setattr(BinaryTable, "_launch_through_triton", lambda *args: pytest.fail("Triton's path ran"))
         load([str(manifest)])
     assert [(name, grid) for name, grid, *_ in calls] == [("_axpy_kernel", (0, 1, 1))]  # one rehearsal: one key, one launch
 
@@ -336,7 +342,8 @@ def test_a_rehearsal_no_binary_takes_never_reaches_triton(deployment, monkeypatc
     Triton (a lookup, or a compile): in a rehearsal it raises instead, the kernel is not
     rehearsed, and launches after ``load()`` take Triton's path again as usual."""
     from jitkern.examples.axpy import AxpyKernel
-    from jitkern.kernel import TritonJitKernel, active_launch
+    from jitkern.launch import BinaryTable
+    from jitkern.launch.spec import active_launch
 
     manifest, entries, calls = deployment
     triton_runs, run = [], AxpyKernel.kernel.run
@@ -347,8 +354,8 @@ def test_a_rehearsal_no_binary_takes_never_reaches_triton(deployment, monkeypatc
         return run(*args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(TritonJitKernel, "_direct_launch_of", lambda self, key: lambda kwargs, grid: False)
-        patch.setattr(TritonJitKernel, "_launch_another_layout", lambda self, spec: None)
+        patch.setattr(BinaryTable, "_direct_launch_of", lambda self, key: lambda kwargs, grid: False)
+        patch.setattr(BinaryTable, "_launch_another_layout", lambda self, spec: None)
         patch.setattr(AxpyKernel.kernel, "run", counted_run)
         (loaded,) = load([str(manifest)])
         assert loaded.binaries == len(entries) and calls == [] and triton_runs == []
@@ -388,7 +395,7 @@ def test_a_memo_load_writes_each_cuda_launcher_source_once_per_signature(monkeyp
     make_launcher = cuda_driver.make_launcher
     monkeypatch.setattr(cuda_driver, "make_launcher", lambda *args: written.append(args) or make_launcher(*args))
     assert make_launcher({(3,): 128}, signature, None) == make_launcher({(3,): 256, (2,): 16}, signature, None)
-    with load_memo._sharing_identical_work():
+    with compiled.sharing_identical_work():
         sources = [cuda_driver.make_launcher(constants, types, None)
                    for constants, types in [({(3,): 128}, signature), ({(3,): 256}, signature), ({(3,): 128}, other_types)]]
     assert sources[0] == sources[1] != sources[2]

@@ -25,12 +25,13 @@ from reliability_testing import forget_all_binaries
 from warmup_testing import REPO, example_manifest, warmup
 
 from jitkern import guard, hooks, settings
-from jitkern.cache import inspect_entry, lookup_entry
+from jitkern.cache.entries import inspect_entry
+from jitkern.cache.manager import lookup_entry
 from jitkern.examples.axpy import axpy
-from jitkern.lock import LOCK_FILE, Lock
-from jitkern.remote import RECORD_FILE, RedisStore
+from jitkern.cache.lock import LOCK_FILE, Lock
+from jitkern.cache.remote import RECORD_FILE, RedisStore
 from jitkern.testing import assert_no_compile
-from jitkern.warmup import MissingBinary, load
+from jitkern.serve import MissingBinary, load
 
 pytestmark = pytest.mark.compiled
 
@@ -344,7 +345,7 @@ def test_an_unreadable_lock_fails_the_check_and_a_warmup_writes_it_anew(tmp_path
 SERVE_WHEEL = """
 import sys, warnings
 from jitkern.testing import dry_run_gpu
-from jitkern.warmup import MissingBinary, load
+from jitkern.serve import MissingBinary, load
 with dry_run_gpu(), warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:

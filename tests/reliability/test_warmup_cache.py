@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 
 import pytest
 import torch
@@ -21,11 +20,12 @@ from reliability_testing import (drop_root_override, entry_states, files_of, for
 from warmup_testing import REPO, example_manifest, report_of, totals, warmup
 
 from jitkern import guard
-from jitkern.cache import MISSING, DamagedCacheEntry, inspect_entry
-from jitkern.identity import IDENTITY_FILE
+from jitkern.cache.entries import MISSING, inspect_entry
+from jitkern.cache import DamagedCacheEntry
+from jitkern.cache.identity import IDENTITY_FILE
 from jitkern.examples.axpy import axpy
 from jitkern.kernel import key_name
-from jitkern.warmup import MissingBinary, load
+from jitkern.serve import MissingBinary, load
 
 pytestmark = pytest.mark.compiled
 
@@ -194,7 +194,8 @@ def kill_mid_entry(run, cache, delay: float) -> None:
 
 READER = """
 import json, os, sys
-from jitkern.cache import MISSING, CacheEntryUnusable, refusing_compiles
+from jitkern.cache.entries import MISSING
+from jitkern.cache import CacheEntryUnusable, refusing_compiles
 from jitkern.manifest import load_manifest
 from jitkern.targets import compile_only, parse_target
 
@@ -205,7 +206,7 @@ with compile_only(parse_target("cuda:90")), refusing_compiles():
     while not os.path.exists(stop):
         for entry in manifest.entries:
             for key in entry.keys:
-                entry.kernel.forget_binaries()
+                entry.kernel.binaries.forget()
                 try:
                     entry.kernel.compile(key)  # reads the entry as a serving process would
                     seen["loaded"] += 1
@@ -264,7 +265,7 @@ import contextlib, sys, warnings, torch
 from jitkern import guard
 from jitkern.examples.axpy import axpy
 from jitkern.testing import assert_no_compile, dry_run_gpu
-from jitkern.warmup import MissingBinary, load
+from jitkern.serve import MissingBinary, load
 
 mode, manifest = sys.argv[1], sys.argv[2]
 with dry_run_gpu(), warnings.catch_warnings(record=True) as caught:

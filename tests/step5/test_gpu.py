@@ -8,7 +8,7 @@ import torch
 
 from jitkern import guard
 from jitkern.testing import assert_no_compile
-from jitkern.warmup import load
+from jitkern.serve import load
 from step5.ops.summary_update import update_decode, update_verify
 from step5_testing import decode_inputs, verify_inputs
 from test_schedule import MANIFESTS, VIEWS_MANIFEST, Schedule, deployment, run_schedule
@@ -106,7 +106,8 @@ def test_portable_paths_write_what_the_nvidia_paths_write(update, make_inputs):
     """The same inputs through both paths of each kernel: the same ring bytes, and summary
     bytes within the one fp8 step the spec allows a GPU exp (``tl.exp`` against
     ``ex2.approx.ftz``), at least 99% equal."""
-    from jitkern import registry, settings
+    from jitkern.kernel import registry
+    from jitkern import settings
     from step5.reference import assert_summaries_close
 
     inputs = make_inputs()

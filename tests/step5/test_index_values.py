@@ -104,7 +104,7 @@ def test_update_decode_refuses_a_negative_position_of_a_token_with_a_slot():
 
 def test_the_summary_cache_and_repeated_calls_are_checked_every_time():
     """The cache layer goes through the same checks, and a CPU call is never planned
-    (``jitkern.call_plan``), so the third call of a signature is checked in full too."""
+    (``jitkern.launch.plans``), so the third call of a signature is checked in full too."""
     ring = Step5CSATailRing(4, 4, capacity=8)
     for request in range(4):
         ring.allocate(request)

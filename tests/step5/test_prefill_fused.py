@@ -23,7 +23,7 @@ import random
 import pytest
 import torch
 
-from jitkern.call_plan import forget_plans
+from jitkern.launch.plans import forget_plans
 from jitkern.testing import record_launches
 from step5 import Step5CSATailRing
 from step5.ops import prefill_fused

@@ -36,10 +36,10 @@ def compile_with_warps(kernel, key, num_warps: int, target: str = "cuda:90"):
     """The binary of ``key`` with ``num_warps`` (its constants, so its code paths too), for
     ``target``, from the stand-ins of ``key``'s default layout; nothing runs."""
     from jitkern import LaunchSpec
-    from jitkern.specialisation import stand_ins_for
+    from jitkern.layouts.specialisation import stand_ins_for
     from jitkern.targets import compile_only, parse_target
 
-    kwargs, _ = kernel.stand_ins(key)
+    kwargs, _ = kernel.layouts.stand_ins(key)
     spec = LaunchSpec((1,), stand_ins_for(kernel.kernel, kwargs, {}), dataclasses.replace(key, num_warps=num_warps))
     with compile_only(parse_target(target)):
         return kernel.kernel.warmup(grid=(1,), **kernel.triton_kwargs(spec))

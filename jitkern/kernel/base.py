@@ -1,0 +1,272 @@
+"""The kernel contract: one class per kernel, a frozen ``CompileKey`` per binary.
+
+A ``JitKernel`` names each binary a deployment needs with a ``CompileKey`` and can
+enumerate them (``get_warmup_keys``) and compile them (``compile``). A
+``TritonJitKernel`` owns one ``@triton.jit`` function; its ``__call__``, decorated by
+``kernel_launcher``, builds a ``LaunchSpec``. The same ``__call__`` launches at serve
+time and, fed the stand-ins of ``warmup_inputs``, compiles at warmup, so the two cannot
+drift apart.
+
+The class only declares. What jitkern derives from the declaration lives in two objects
+each kernel has: ``kernel.layouts`` (``jitkern.layouts.KernelLayouts``: stand-ins, the
+binary a launch needs, the binaries a domain needs) and ``kernel.binaries``
+(``jitkern.launch.BinaryTable``: the binaries this process holds and the launch path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, ClassVar, Generic, TypeVar
+
+from jitkern import settings, targets
+from jitkern.kernel import registry
+from jitkern.kernel.settle import settle_cache_key
+from jitkern.launch.binaries import BinaryTable
+from jitkern.launch.plans import recording
+from jitkern.launch.spec import LaunchSpec, active_launch
+from jitkern.layouts.binary_key import BinaryKey, key_name
+from jitkern.layouts.domains import LayoutDomain
+from jitkern.layouts.kernel_layouts import NO_LAYOUTS, KernelLayouts, WarmupMismatch
+from jitkern.layouts.specialisation import parse_layout, runtime_params
+
+CompileKeyT = TypeVar("CompileKeyT")
+
+
+class JitKernel(Generic[CompileKeyT]):
+    """A kernel whose binaries are named by a frozen ``CompileKey`` dataclass.
+
+    Subclasses set ``name`` (the stable registry name used by manifests) and a nested
+    ``CompileKey``, and implement ``dispatch``, ``get_warmup_keys`` and ``compile``.
+    ``dispatch`` must be a pure function of hashable arguments: it is memoised, since it
+    runs on every launch and building a frozen dataclass is the slow part.
+    Each class has one instance (``Kernel()`` always returns it), so that what warmup
+    loaded is what serving launches.
+    """
+
+    name: ClassVar[str]
+    CompileKey: ClassVar[type]
+    compile_cost: ClassVar[float] = 0.2
+    """Rough seconds to compile one key. Parallel warmup starts the costliest keys first,
+    so that a slow key does not start last and bound the wall time; only the order matters."""
+    layouts: ClassVar[Any] = NO_LAYOUTS
+    """What jitkern derives of the kernel's layouts: one binary per key here, every layout
+    of its launches for a Triton kernel (``KernelLayouts``)."""
+    _instance: ClassVar["JitKernel | None"] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._instance = None
+        if "dispatch" in cls.__dict__:
+            cls.dispatch = _memoised(cls.__dict__["dispatch"])
+        if "name" in cls.__dict__:
+            key_class = getattr(cls, "CompileKey", None)
+            if key_class is None or not dataclasses.is_dataclass(key_class):
+                raise TypeError(f"{cls.__qualname__} must declare a CompileKey dataclass")
+            if not key_class.__dataclass_params__.frozen:
+                raise TypeError(f"{cls.__qualname__}.CompileKey must be frozen")
+            registry.register(cls)
+        if "kernel" in cls.__dict__:
+            _check_jit_function(cls)
+            settle_cache_key(cls.__dict__["kernel"])
+        if hasattr(cls.__dict__.get("__call__"), "launch_spec"):  # kept apart: profilers may wrap __call__
+            cls._build_launch_spec = cls.__dict__["__call__"].launch_spec
+
+    def __new__(cls):
+        if cls._instance is None:
+            instance = super().__new__(cls)
+            instance._start()
+            cls._instance = instance
+        return cls._instance
+
+    def _start(self) -> None:
+        """Make what the one instance holds in this process."""
+
+    def dispatch(self, **values: Any) -> CompileKeyT:
+        """Map the values a call sees to the key of the binary it needs."""
+        raise NotImplementedError
+
+    def get_warmup_keys(self, **config: Any) -> list[CompileKeyT]:
+        """Every key a deployment with this config launches."""
+        raise NotImplementedError
+
+    def compile(self, key: BinaryKey | CompileKeyT) -> Any:
+        """Compile (or load from the cache) the binary of ``key`` (a compile key alone: the
+        binary of its stand-ins' layout)."""
+        raise NotImplementedError
+
+    def warmup(self, domain: LayoutDomain = LayoutDomain(), **config: Any) -> list[Any]:
+        """Compile every binary of ``config`` inside ``domain``."""
+        return [self.compile(key) for key in self.layouts.binary_keys(self.get_warmup_keys(**config), domain)]
+
+    def describe(self, key: CompileKeyT) -> str:
+        return f"{self.name}[{key_name(key)}]"
+
+
+def _memoised(dispatch: Callable[..., Any]) -> Callable[..., Any]:
+    """``dispatch`` behind an LRU cache (C-implemented; bounded, as sizes vary)."""
+    cached = functools.lru_cache(maxsize=4096)(dispatch)
+
+    @functools.wraps(dispatch)
+    def memoised_dispatch(self, *args: Any, **values: Any) -> Any:
+        return cached(self, *args, **values)
+
+    return memoised_dispatch
+
+
+def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
+    """Decorate a ``__call__`` that returns a ``LaunchSpec``: calling it launches.
+
+    The undecorated function stays reachable as ``launch_spec`` so that warmup runs
+    the very same code on stand-in inputs.
+    """
+
+    @functools.wraps(build)
+    def launch(self: "TritonJitKernel", *args: Any, **kwargs: Any) -> Any:
+        spec = build(self, *args, **kwargs)
+        launched = self.launch(spec)
+        if recording.launches is not None:  # a public call records its launches (jitkern.launch.plans)
+            recording.launches.append((self, spec, launched))
+        return spec.result
+
+    launch.launch_spec = build
+    return launch
+
+
+class TritonJitKernel(JitKernel[CompileKeyT]):
+    """A ``JitKernel`` owning one ``@triton.jit`` function, set as ``kernel``.
+
+    Its ``CompileKey`` names what the kernel decides: constexprs, dtypes, launch options.
+    How Triton specialises the runtime arguments (each tensor's 16-byte alignment, each
+    integer's class) is derived by jitkern (``jitkern.layouts``): a binary is a
+    ``BinaryKey``, the compile key and that layout. The class attributes below say what
+    jitkern cannot see from the stand-ins.
+    """
+
+    kernel: ClassVar[Any]
+    large_ints: ClassVar[bool] = False
+    """Whether a runtime integer (a size, a stride) can reach 2**31. When False, the public
+    function must refuse such launches: they would need i64 binaries."""
+    size_limit: ClassVar[int] = 2**31
+    """Every dimension of a tensor argument is below this; the public function refuses larger
+    ones. With ``large_ints`` False, it keeps sizes and what ``__call__`` computes from them i32."""
+    pinned_by_key: ClassVar[frozenset[str]] = frozenset()
+    """Runtime integers whose value the compile key fixes (a capacity the key names): one
+    class, the stand-ins'. Every other integer that is not a tensor's stride may take any value."""
+    aligned_tensors: ClassVar[frozenset[str]] = frozenset()
+    """Tensors the public function requires 16-byte aligned: a layout cannot list them as unaligned."""
+    fixed_strides: ClassVar[frozenset[str]] = frozenset()
+    """Strides the public function fixes, of a tensor (``"ring"``) or one dimension (``"mean.1"``):
+    a layout cannot list them as strided."""
+    binaries: BinaryTable
+    """The binaries this process holds for the kernel, and its launch path."""
+
+    def _start(self) -> None:
+        self.layouts = KernelLayouts(self)
+        self.binaries = BinaryTable(self)
+        self._constants: dict[tuple, dict[str, Any]] = {}  # (key, target) -> constants_for(key)
+
+    def constants(self, key: CompileKeyT) -> dict[str, Any]:
+        """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,
+        ...) for ``key``.
+
+        They come from the key alone, so that a key names one binary whatever the call:
+        a direct launch passes the key's constants as they are and checks none of them.
+        """
+        return {}
+
+    def warmup_inputs(self, key: CompileKeyT) -> dict[str, Any]:
+        """Keyword arguments for ``__call__`` that launch with ``key``: any valid launch.
+
+        Tensors are ``TritonWarmupTensor`` stand-ins; nothing is allocated. Their layout is
+        the deployment's usual one (aligned, contiguous): jitkern varies it per layout.
+        """
+        raise NotImplementedError
+
+    def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
+        """The spec ``__call__`` would launch for these inputs, without launching."""
+        return type(self)._build_launch_spec(self, *args, **inputs)
+
+    def launch(self, spec: LaunchSpec[CompileKeyT]) -> Callable[[dict, tuple], bool] | None:
+        """Launch ``spec``: directly through a binary held when one fits (returning the
+        direct launch that did), else through Triton (None)."""
+        return self.binaries.launch(spec)
+
+    def triton_kwargs(self, spec: LaunchSpec[CompileKeyT]) -> dict[str, Any]:
+        """Everything ``kernel[grid](...)`` takes for ``spec``: its arguments and its key's constants."""
+        constants = self.constants_for(spec.key)
+        misplaced = spec.kwargs.keys() & (constants.keys() | self._constexpr_names)
+        if misplaced:
+            raise TypeError(f"{self.name}: the LaunchSpec passes {sorted(misplaced)}; constexprs and launch "
+                            f"options come from constants(key)")
+        unknown = spec.kwargs.keys() - self._runtime_names
+        if unknown:  # Triton would take a launch option for its own, and the direct launch ignores the rest
+            raise TypeError(f"{self.name}: the LaunchSpec passes {sorted(unknown)}, not runtime parameters of "
+                            f"{self.kernel.__name__} (those are {', '.join(self._runtime_names)})")
+        return {**spec.kwargs, **constants}
+
+    def constants_for(self, key: CompileKeyT) -> dict[str, Any]:
+        """``constants(key)`` for the target compiled for now (``jitkern.targets.current``:
+        a kernel may choose its code paths by target), with Triton's launch options fitted
+        to that target; kept per key and target."""
+        target = targets.current()
+        constants = self._constants.get((key, target))
+        if constants is None:
+            constants, _notes = targets.fit_launch_options(self.constants(key), target)
+            runtime = constants.keys() & (set(self.kernel.arg_names) - self._constexpr_names)
+            if runtime:
+                raise TypeError(f"{self.name}: constants({key_name(key)}) gives {sorted(runtime)}, which are not "
+                                f"constexprs: the LaunchSpec passes them")
+            self._constants[(key, target)] = constants
+        return constants
+
+    @functools.cached_property
+    def _constexpr_names(self) -> frozenset[str]:
+        return frozenset(self.kernel.arg_names) - frozenset(self._runtime_names)
+
+    @functools.cached_property
+    def _runtime_names(self) -> tuple[str, ...]:
+        """The parameters of ``kernel`` a ``LaunchSpec`` passes, in their order: those the
+        layouts are derived for (``runtime_params``), so the two cannot disagree."""
+        return tuple(param.name for param in runtime_params(self.kernel))
+
+    def compile(self, key: BinaryKey | CompileKeyT) -> Any:
+        """Compile the binary of ``key`` from stand-ins of its layout; nothing runs. None when
+        interpreting. ``WarmupMismatch`` if Triton would specialise them otherwise."""
+        binary_key = key if isinstance(key, BinaryKey) else BinaryKey(key)
+        spec = LaunchSpec((1,), self.layouts.stand_in_kwargs(binary_key), binary_key.key)
+        built = self.layouts.binary_key(spec)
+        if parse_layout(built.layout) != parse_layout(binary_key.layout):
+            raise WarmupMismatch(f"{self.name}: stand-ins of layout {binary_key.layout!r} specialise as "
+                                 f"{built.layout!r}")
+        kwargs = self.triton_kwargs(spec)
+        if settings.interpreting():
+            return None
+        active_launch.kernel, active_launch.spec = self, spec
+        try:
+            binary = self.kernel.warmup(grid=(1,), **kwargs)
+        finally:
+            active_launch.kernel = active_launch.spec = None
+        if not targets.compiling_only():
+            self.binaries.take(spec, binary, binary_key.layout)
+        return binary
+
+
+def _check_jit_function(cls: type) -> None:
+    """``kernel`` is a ``@triton.jit`` function itself. Wrapped in ``@triton.heuristics`` or
+    ``@triton.autotune``, it would choose constexprs per launch, which jitkern takes from
+    ``constants(key)`` (so a key names one binary); refused here in one line, not with an
+    AttributeError from deep inside the first compile or launch."""
+    from triton.runtime.jit import JITFunction
+
+    kernel = cls.__dict__["kernel"]
+    if isinstance(kernel, JITFunction):
+        return
+    if settings.interpreting():  # imported only then: 10 ms of a serving process's start otherwise
+        from triton.runtime.interpreter import InterpretedFunction
+
+        if isinstance(kernel, InterpretedFunction):
+            return
+    raise TypeError(f"{cls.__qualname__}.kernel must be a @triton.jit function, got {type(kernel).__name__}; "
+                    "choose constexprs and launch options in constants(key), not with triton.heuristics or "
+                    "triton.autotune")

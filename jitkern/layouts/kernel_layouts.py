@@ -1,0 +1,145 @@
+"""One kernel's layouts: its stand-ins, the binary a launch needs, the binaries a domain needs.
+
+Every ``TritonJitKernel`` has one ``KernelLayouts`` (``kernel.layouts``), which the
+manifest, the build, the guard and the test helpers ask; the kernel class itself only
+declares.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from jitkern.layouts.binary_key import BinaryKey, key_name
+from jitkern.layouts.domains import MAX_LAYOUTS, LayoutDomain, TooManyLayouts, argument_domains, enumerate_layouts
+from jitkern.layouts.domains import name_stand_ins, origins
+from jitkern.layouts.misses import explain_miss, explain_unwarmed_key
+from jitkern.layouts.specialisation import (
+    LARGE,
+    layout_text,
+    parse_layout,
+    specialisation,
+    specialising_backend,
+    stand_ins_for,
+)
+from jitkern.layouts.stand_ins import TritonWarmupTensor
+
+
+class WarmupMismatch(RuntimeError):
+    """``warmup_inputs(key)`` produced a launch whose key is not ``key``, or stand-ins that
+    Triton specialises otherwise than their layout says."""
+
+
+class KernelLayouts:
+    """The layouts of one ``TritonJitKernel``'s launches, derived from its stand-ins."""
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self._stand_ins: dict[tuple, tuple[dict[str, Any], dict[str, str]]] = {}  # (key, backend) -> kwargs, texts
+
+    def stand_ins(self, key: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        """The runtime arguments of ``warmup_inputs(key)`` (its tensors named after their
+        ``__call__`` arguments) and Triton's specialisation of them. ``WarmupMismatch``
+        when they dispatch to another key."""
+        memo = (key, specialising_backend())
+        found = self._stand_ins.get(memo)
+        if found is None:
+            kernel = self.kernel
+            spec = kernel.launch_spec(**name_stand_ins(kernel.warmup_inputs(key)))
+            if spec.key != key:
+                raise WarmupMismatch(f"{kernel.name}: warmup_inputs({key_name(key)}) dispatches to "
+                                     f"{key_name(spec.key)}")
+            found = self._stand_ins[memo] = (spec.kwargs, specialisation(kernel.kernel, spec.kwargs))
+        return found
+
+    def stand_in_kwargs(self, binary: BinaryKey) -> dict[str, Any]:
+        """Runtime arguments of ``binary``'s key that Triton specialises as its layout says."""
+        kwargs, _ = self.stand_ins(binary.key)
+        try:
+            return stand_ins_for(self.kernel.kernel, kwargs, parse_layout(binary.layout))
+        except ValueError as error:
+            raise WarmupMismatch(f"{self.kernel.name}: {error}") from None
+
+    def binary_key(self, spec: Any) -> BinaryKey:
+        """The binary a launch (a ``LaunchSpec``) needs: its key, and how its arguments
+        differ from the key's stand-ins."""
+        _, base = self.stand_ins(spec.key)
+        launched = specialisation(self.kernel.kernel, spec.kwargs)
+        return BinaryKey(spec.key, layout_text({n: text for n, text in launched.items() if text != base.get(n)}))
+
+    def binary_keys(self, keys: list[Any], domain: LayoutDomain = LayoutDomain()) -> list[BinaryKey]:
+        """Every binary the ``keys`` need for launches inside ``domain``, as Triton specialises them."""
+        binaries = []
+        for key in keys:
+            kwargs, base = self.stand_ins(key)
+            domains = argument_domains(self.kernel, kwargs, base, domain)
+            if math.prod(len(choices) for choices in domains.values()) > MAX_LAYOUTS:
+                raise TooManyLayouts(f"{self.kernel.name}: this layout domain gives more than {MAX_LAYOUTS} binaries "
+                                     "of one key; declare fewer strided or unaligned tensors, or mark arguments "
+                                     "do_not_specialize")
+            binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
+        return list(dict.fromkeys(binaries))
+
+    def tensor_dims(self, key: Any) -> dict[str, int]:
+        """The tensors a layout domain may name (``__call__`` arguments), with their dimensions."""
+        kwargs, _ = self.stand_ins(key)
+        return {value.name: value.ndim for value in kwargs.values()
+                if isinstance(value, TritonWarmupTensor) and value.name}
+
+    def check_layout(self, binary: BinaryKey, domain: LayoutDomain = LayoutDomain(),
+                     large_storage: bool = False) -> BinaryKey:
+        """``binary`` with its layout in canonical form; ValueError if no launch inside
+        ``domain`` has it (a pointer to storage over 2 GiB only where ``large_storage``)."""
+        kwargs, base = self.stand_ins(binary.key)
+        layout = parse_layout(binary.layout)
+        unknown = sorted(layout.keys() - base.keys())
+        if unknown:
+            raise ValueError(f"{unknown} not among the runtime arguments of {self.kernel.name}: {', '.join(base)}")
+        domains = argument_domains(self.kernel, kwargs, base, domain)
+        for name, text in layout.items():
+            possible = domains[name]
+            if large_storage and possible[0].startswith("*"):
+                possible += tuple(pointer + LARGE for pointer in possible)
+            if text not in possible:  # Triton never specialises a launch so, or no launch inside domain is
+                argument = origins(kwargs).describe(name)
+                large = " (storage over 2 GiB: for targets that specialise on it, AMD's, alone)" \
+                    if text.startswith("*") and text.endswith(LARGE) and not large_storage else ""
+                raise ValueError(f"{name}{f' ({argument})' if argument != name else ''}: no launch of this key "
+                                 f"specialises as {text!r}{large}, only as {' or '.join(map(repr, possible))}")
+        canonical = {name: layout[name] for name in base if name in layout and layout[name] != base[name]}
+        return BinaryKey(binary.key, layout_text(canonical))
+
+    def explain_miss(self, binary: BinaryKey, warmed_layouts: list[str]) -> str:
+        """Why ``binary`` is none of the ``warmed_layouts`` of its key, argument by argument."""
+        kwargs, base = self.stand_ins(binary.key)
+        full = lambda layout: {**base, **parse_layout(layout)}  # noqa: E731
+        return explain_miss(full(binary.layout), [full(layout) for layout in warmed_layouts], origins(kwargs))
+
+    def explain(self, binary: BinaryKey, warmed: Iterable[BinaryKey]) -> str:
+        """Why ``binary`` is none of the ``warmed`` binaries: the argument that differs from
+        its key's warmed layouts, else the key fields that differ from the nearest warmed key."""
+        warmed = list(warmed)
+        layouts = [other.layout for other in warmed if other.key == binary.key]
+        if layouts:
+            return self.explain_miss(binary, layouts)
+        return explain_unwarmed_key(binary.key, dict.fromkeys(other.key for other in warmed))
+
+
+class NoLayouts:
+    """The layouts of a kernel with no runtime arguments to lay out (a ``JitKernel`` that is
+    not a Triton kernel): one binary per key."""
+
+    def binary_keys(self, keys: list[Any], domain: LayoutDomain = LayoutDomain()) -> list[BinaryKey]:
+        return [BinaryKey(key) for key in keys]
+
+    def tensor_dims(self, key: Any) -> dict[str, int]:
+        return {}
+
+    def check_layout(self, binary: BinaryKey, domain: LayoutDomain = LayoutDomain(),
+                     large_storage: bool = False) -> BinaryKey:
+        if binary.layout:
+            raise ValueError("it has no runtime arguments to lay out")
+        return binary
+
+
+NO_LAYOUTS = NoLayouts()

@@ -1,0 +1,78 @@
+"""Compiling with no GPU: a Triton driver for one target that compiles and never launches.
+
+Triton asks its active driver for the device, the stream and the target. A driver that
+answers a fixed ``GPUTarget`` and never touches a GPU lets ``JITFunction.warmup`` run on a
+CPU-only machine through Triton's own argument specialisation, so the cache entries it
+writes are those a GPU process of the same Triton build looks up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from triton.backends.compiler import GPUTarget
+from triton.backends.driver import DriverBase
+from triton.runtime import driver
+
+from jitkern.targets.names import target_name
+
+
+class CompileOnlyDriver(DriverBase):
+    """A Triton driver for one target that compiles and never launches."""
+
+    def __init__(self, target: GPUTarget):
+        super().__init__()
+        self.target = target
+        # Triton keeps its in-process binaries per device: a name per target keeps
+        # binaries of different targets (and of a real GPU) apart in one process.
+        self.device = f"compile-only:{target_name(target)}"
+
+    @classmethod
+    def is_active(cls) -> bool:
+        return False  # never picked by Triton on its own; installed by ``compile_only``
+
+    def get_current_target(self) -> GPUTarget:
+        return self.target
+
+    def get_current_device(self) -> str:
+        return self.device
+
+    def get_current_stream(self, device: str | None = None) -> int:
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        raise NotImplementedError("a compile-only driver builds no launcher")
+
+    def get_benchmarker(self):
+        raise NotImplementedError("a compile-only driver runs nothing")
+
+
+@contextlib.contextmanager
+def compile_only(target: GPUTarget):
+    """Within the block, Triton compiles for ``target`` whatever this machine has."""
+    previous = driver._active
+    driver.set_active(CompileOnlyDriver(target))
+    try:
+        yield
+    finally:
+        driver._active = previous
+
+
+def local_target() -> GPUTarget | None:
+    """The target of this machine's GPU, or None when there is none."""
+    try:
+        return driver.active.get_current_target()
+    except Exception:  # no GPU driver: Triton raises RuntimeError or an import error
+        return None
+
+
+
+
+def compiling_only() -> bool:
+    """Whether Triton's active driver is a compile-only one (a warmup for a named target)."""
+    return type(driver.active) is CompileOnlyDriver
