@@ -53,7 +53,7 @@ from jitkern.testing import record_launches  # noqa: E402
 from step5 import Step5CSATailRing, Step5SparseSummaryCache, Step5SummaryCacheSpec  # noqa: E402
 from step5.ops.summary_update import (  # noqa: E402
     build_prefill_groups,
-    summary_layout,
+    summary_geometry,
     update_decode,
     update_prefill,
     update_verify,
@@ -485,17 +485,17 @@ def test_build_prefill_groups_rejects_each_wrong_argument(data):
 
 @VALID
 @given(args=mean_args())
-def test_summary_layout_and_cache_accept_valid_mean(args):
+def test_summary_geometry_and_cache_accept_valid_mean(args):
     mean = args["mean"]
-    assert assert_accepted(summary_layout, args, launches=False) == (mean.stride(0), mean.shape[1] * 8)
+    assert assert_accepted(summary_geometry, args, launches=False) == (mean.stride(0), mean.shape[1] * 8)
     assert assert_accepted(Step5SparseSummaryCache, args, launches=False).block_size == mean.shape[1] * 8
 
 
 @MUTATED
 @given(data=st.data())
-def test_summary_layout_and_cache_reject_each_wrong_mean(data):
+def test_summary_geometry_and_cache_reject_each_wrong_mean(data):
     args = data.draw(mean_args())
-    for function in (summary_layout, Step5SparseSummaryCache):  # one tensor: no device to disagree with
+    for function in (summary_geometry, Step5SparseSummaryCache):  # one tensor: no device to disagree with
         assert_each_mutation_rejected(data.draw, function, args, mean_mutations(args, device=False))
 
 
@@ -696,7 +696,7 @@ def test_summary_cache_spec_accepts_blocks_of_whole_regions(regions, blocks):
     spec = assert_accepted(Step5SummaryCacheSpec, dict(block_size=8 * regions), launches=False)
     assert spec.page_size_bytes == regions * 256
     mean = assert_accepted(spec.allocate, dict(num_blocks=blocks, device=torch.get_default_device()), launches=False)
-    assert summary_layout(mean) == (regions * 256, 8 * regions)
+    assert summary_geometry(mean) == (regions * 256, 8 * regions)
 
 
 @MUTATED
