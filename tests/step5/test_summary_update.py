@@ -18,7 +18,7 @@ import triton.language as tl
 
 from jitkern.settings import interpreting
 from step5 import Step5CSATailRing
-from step5.ops.kernels.summary_math import fp8_e4m3_bytes
+from step5.ops.kernels.summary_math import encode_fp8_e4m3
 from step5.ops.summary_update import (
     build_prefill_groups,
     prefill_metadata_geometry,
@@ -67,7 +67,7 @@ def _run_both(kernel_call, reference_call, mean: torch.Tensor, ring: torch.Tenso
 @triton.jit
 def _encode_kernel(X, Out, N: tl.constexpr, HW_FP8: tl.constexpr):
     offsets = tl.arange(0, N)
-    tl.store(Out + offsets, fp8_e4m3_bytes(tl.load(X + offsets), HW_FP8))
+    tl.store(Out + offsets, encode_fp8_e4m3(tl.load(X + offsets), HW_FP8))
 
 
 def _has_hardware_fp8() -> bool:

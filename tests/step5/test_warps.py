@@ -11,7 +11,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from step5.ops.kernels.summary_math import fp8_e4m3_bytes
+from step5.ops.kernels.summary_math import encode_fp8_e4m3
 from step5_testing import foreign_fp8_merges
 
 pytestmark = pytest.mark.compiled
@@ -80,7 +80,7 @@ def test_no_fp8_pair_takes_its_upper_half_from_elsewhere_at_any_num_warps(path, 
 @triton.jit
 def _encode_kernel(X, Y, HW_FP8: tl.constexpr):
     dim = tl.arange(0, 256)
-    tl.store(Y + dim, fp8_e4m3_bytes(tl.load(X + dim), HW_FP8))
+    tl.store(Y + dim, encode_fp8_e4m3(tl.load(X + dim), HW_FP8))
 
 
 def test_the_cause_ptxas_miscompiles_the_hardware_encoding_at_one_pair_per_thread(triton_cache):

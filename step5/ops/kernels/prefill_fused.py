@@ -163,7 +163,7 @@ def prefill_update_kernel(
                 rows = ()  # (key, z) of positions p-7 .. p
                 for i in tl.static_range(8):
                     rows += region_row(Key, Z, Ring, token, base, first, i, ring_rows, dim, *strides,
-                                        RING_CAPACITY, NVIDIA)
+                                       RING_CAPACITY, NVIDIA)
                 loads_issued(ring_rows, NVIDIA)
                 num, den = summarize_region(*rows, NVIDIA=NVIDIA)
                 store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE, HW_FP8)

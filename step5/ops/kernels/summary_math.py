@@ -72,7 +72,7 @@ def _exp(x, NVIDIA: tl.constexpr):
 
 
 @triton.jit
-def fp8_e4m3_bytes(x, HW_FP8: tl.constexpr):
+def encode_fp8_e4m3(x, HW_FP8: tl.constexpr):
     """fp8_e4m3fn(bf16(x)) as uint8: round to nearest even twice, saturate to +-448, NaN stays NaN."""
     bits = x.to(tl.int32, bitcast=True)
     is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
@@ -98,7 +98,7 @@ def store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.conste
     """mean[slot // BLOCK_SIZE, slot % BLOCK_SIZE // 8, :] = fp8(bf16(num / max(den, 1e-20)))."""
     summary = tl.div_rn(num, tl.maximum(den, 1e-20))  # IEEE division
     address = slot // BLOCK_SIZE * mean_stride0 + slot % BLOCK_SIZE // 8 * 256
-    tl.store(Mean + address + dim, fp8_e4m3_bytes(summary, HW_FP8))
+    tl.store(Mean + address + dim, encode_fp8_e4m3(summary, HW_FP8))
 
 
 @triton.jit

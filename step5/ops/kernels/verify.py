@@ -44,7 +44,7 @@ def update_verify_kernel(
             rows = ()  # (key, z) of positions p-7 .. p; those before this step (7 - j) from the ring
             for i in tl.static_range(7):
                 rows += region_row(Key, Z, Ring, token, base, ring_first, i, 7 - j, dim, *strides,
-                                    RING_CAPACITY, NVIDIA)
+                                   RING_CAPACITY, NVIDIA)
             key_ptr, z_ptr = row_pointers(Key, Z, token, dim, *strides)
             rows += (tl.load(key_ptr), tl.load(z_ptr))
             loads_issued(slot.to(tl.int32), NVIDIA)  # all 16 row loads in flight at once
