@@ -16,12 +16,13 @@ need not wait for the store and no barrier is needed. The bytes equal store-then
 a row that a closing token's window reads: true of a decode batch, checked in Triton's
 interpreter.
 
-The tiling (``deepseek_v4.tiling.decode_tiling``) is free where the bits do not depend on it: how many
-column groups and tokens a program takes. What they do depend on, each window tile's
-shape and warps (the layout its reductions follow), is the compressor's, or at ratio 4 one
-that reduces each column's rows in the same order (all of a column's rows in one thread:
-``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks
-that in the compiled code. The kernel's Triton source: ``deepseek_v4.kernels.decode_step``.
+The tiling (``deepseek_v4.tiling.decode_tiling``) is free where the bits do not depend on
+it: how many column groups and tokens a program takes. What they do depend on, each window
+tile's shape and warps (the layout its reductions follow), is the compressor's, or at
+ratio 4 one that reduces each column's rows in the same order (all of a column's rows in
+one thread: ``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py``
+checks that in the compiled code. The kernel's Triton source:
+``deepseek_v4.kernels.decode_step``.
 """
 
 from __future__ import annotations
