@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from jitkern.kernel.validation import INDEX_DTYPES, check_strides_below_i32, device_has_pdl, dtype_name
+from jitkern.kernel.validation import (INDEX_DTYPES, INDEX_DTYPES_BY_NAME, check_strides_below_i32, device_has_pdl,
+                                       dtype_name)
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,10 @@ def ratio_geometry(compress_ratio: Any) -> RatioGeometry:
 
 def index_dtype_names(names: list[str]) -> list[torch.dtype]:
     """Manifest index dtype names -> dtypes; an unknown name is a ``ValueError``."""
-    unknown = [name for name in names if name not in INDEX_DTYPES]
+    unknown = [name for name in names if name not in INDEX_DTYPES_BY_NAME]
     if unknown:
-        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES)}")
-    return [INDEX_DTYPES[name] for name in names]
+        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES_BY_NAME)}")
+    return [INDEX_DTYPES_BY_NAME[name] for name in names]
 
 
 def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
@@ -76,8 +77,8 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
 def check_index_tensor(name: str, tensor: torch.Tensor) -> None:
     """A 1-D, contiguous integer tensor of an index dtype (int32 or int64)."""
     _check_tensor(name, tensor)
-    if tensor.dtype not in INDEX_DTYPES.values():
-        raise ValueError(f"{name}: dtype must be one of {list(INDEX_DTYPES)}, got {dtype_name(tensor.dtype)}")
+    if tensor.dtype not in INDEX_DTYPES:
+        raise ValueError(f"{name}: dtype must be one of {list(INDEX_DTYPES_BY_NAME)}, got {dtype_name(tensor.dtype)}")
     if tensor.dim() != 1 or (tensor.numel() > 1 and tensor.stride(0) != 1):
         raise ValueError(
             f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}"

@@ -105,7 +105,7 @@ class Step5CSATailRing:
         for name, value in (("max_requests", max_requests), ("max_tokens", max_tokens)):
             if value < 1:
                 raise ValueError(f"{name}: {value} must be positive")
-        if index_dtype not in INDEX_DTYPES.values():
+        if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
         device = as_device(device)
         self.capacity = capacity

@@ -11,12 +11,15 @@ import torch
 from jitkern import targets
 from jitkern.settings import interpreting
 
-INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}  # by the names manifests give them
+INDEX_DTYPES = (torch.int32, torch.int64)  # of index tensors; a tuple: `in` takes 40 ns, 240 in a dict's values()
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``int32`` for ``torch.int32``: the name compile keys, manifests and errors use."""
     return str(dtype).removeprefix("torch.")
+
+
+INDEX_DTYPES_BY_NAME = {dtype_name(dtype): dtype for dtype in INDEX_DTYPES}  # as manifests name them
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> None:

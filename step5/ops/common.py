@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from jitkern import TritonWarmupTensor, launch_stride, targets
-from jitkern.kernel.validation import INDEX_DTYPES
+from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME
 from step5.ops.validate import check_mean
 
 DIM = 256  # index-head dimension
@@ -60,7 +60,7 @@ def ring_stand_in():
 
 
 def index_stand_in(dtype_name: str, shape=(16,), varying=(0,)):
-    return TritonWarmupTensor(INDEX_DTYPES[dtype_name], shape, varying=varying)
+    return TritonWarmupTensor(INDEX_DTYPES_BY_NAME[dtype_name], shape, varying=varying)
 
 
 def check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0,
@@ -74,9 +74,9 @@ def check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_token
     if ring_capacity < 7 + draft_tokens:
         raise ValueError(f"ring_capacity: {ring_capacity} is less than 7 + {draft_tokens} (draft tokens)")
     for name, dtypes in index_dtypes.items():
-        unknown = sorted(set(dtypes) - set(INDEX_DTYPES))
+        unknown = sorted(set(dtypes) - set(INDEX_DTYPES_BY_NAME))
         if unknown:
-            raise ValueError(f"{name}: {unknown} not supported; use {sorted(INDEX_DTYPES)}")
+            raise ValueError(f"{name}: {unknown} not supported; use {sorted(INDEX_DTYPES_BY_NAME)}")
 
 
 def target_paths(num_warps: int = 1) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from jitkern import LaunchSpec, TritonJitKernel, cdiv, kernel_launcher, keys, public_call, torch_step
-from jitkern.kernel.validation import INDEX_DTYPES, dtype_name, runs_on_host, same_device
+from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME, dtype_name, runs_on_host, same_device
 from step5.ops import prefill_fused
 from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, PREFILL_MAXNREG, check_deployment, index_stand_in,
                               mean_stand_in, prefill_metadata_geometry, ring_stand_in, row_stand_ins, stride_kwargs,
@@ -70,7 +70,8 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
             slots_dtype=slot_dtypes, positions_dtype=position_dtypes, owners_dtype=owner_dtypes,
             query_start_loc_dtype=query_start_loc_dtypes,
         )
-        return keys.unique_keys(lambda **row: self.dispatch(**{k: INDEX_DTYPES[v] for k, v in row.items()}), rows)
+        return keys.unique_keys(
+            lambda **row: self.dispatch(**{k: INDEX_DTYPES_BY_NAME[v] for k, v in row.items()}), rows)
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         return dict(

@@ -32,7 +32,7 @@ import torch
 import triton
 
 from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys
-from jitkern.kernel.validation import INDEX_DTYPES, device_has_pdl, dtype_name, use_gdc
+from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME, device_has_pdl, dtype_name, use_gdc
 from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, PREFILL_MAXNREG, check_deployment, index_stand_in,
                               mean_stand_in, prefill_metadata_geometry, ring_stand_in, row_stand_ins, stride_kwargs,
                               target_paths)
@@ -105,7 +105,7 @@ class BuildFilledPrefillGroupsKernel(TritonJitKernel["BuildFilledPrefillGroupsKe
         )
         return keys.unique_keys(
             lambda launch_pdl, **row: self.dispatch(launch_pdl=launch_pdl,
-                                                    **{k: INDEX_DTYPES[v] for k, v in row.items()}), rows)
+                                                    **{k: INDEX_DTYPES_BY_NAME[v] for k, v in row.items()}), rows)
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         return dict(

@@ -46,7 +46,7 @@ def check_index(name: str, tensor, tokens: int | None, strided: bool = False, co
     """A 1-D int32/int64 tensor, with ``tokens`` entries (as many as ``counted_by`` has) when
     that is given; contiguous unless ``strided`` (only ``positions`` may be a strided view:
     the kernels take its stride)."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype not in INDEX_DTYPES.values() or tensor.dim() != 1:
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype not in INDEX_DTYPES or tensor.dim() != 1:
         raise ValueError(f"{name}: expected a 1-D int32 or int64 tensor, got {_describe(tensor)}")
     if tokens is not None and tensor.shape[0] != tokens:
         raise ValueError(f"{name}: {tensor.shape[0]} entries, but {counted_by} has {tokens} tokens")
