@@ -15,9 +15,9 @@ functions' checks read their inputs (``_read_as_checks_do``). A process with lau
 set (a profiler) rehearses nothing, so that the hooks see only real launches.
 
 Measured on the H200 against no rehearsal, in fresh processes taking turns
-(``docs/benchmarks.md``): the first call took 0.129 ms of host time against 0.193 ms
-(run 64, 7 processes each). The rehearsal's first form (a direct launch, no reads) had
-saved 0.02-0.045 ms in two runs and nothing in a third.
+(``benchmarks/device/first_launch_split.py``): the first call took 0.129 ms of host time
+against 0.193 ms. A rehearsal of the direct launch alone saved 0.02-0.045 ms or nothing:
+the kernel's checks and the tensor reads it left out are code a first call runs too.
 """
 
 from __future__ import annotations
