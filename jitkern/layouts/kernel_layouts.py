@@ -7,6 +7,7 @@ declares.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Iterable
 
@@ -23,6 +24,10 @@ from jitkern.layouts.specialisation import (
     stand_ins_for,
 )
 from jitkern.layouts.stand_ins import TritonWarmupTensor
+
+
+class DeclarationError(TypeError):
+    """A kernel's declaration that cannot work; one line naming class, attribute and value."""
 
 
 class WarmupMismatch(RuntimeError):
@@ -49,6 +54,9 @@ class KernelLayouts:
             if spec.key != key:
                 raise WarmupMismatch(f"{kernel.name}: warmup_inputs({key_name(key)}) dispatches to "
                                      f"{key_name(spec.key)}")
+            if not self._stand_ins:
+                _check_plain_annotations(kernel, kernel.warmup_inputs(key))
+                _check_pinned_strides(kernel, spec.kwargs)
             found = self._stand_ins[memo] = (spec.kwargs, specialisation(kernel.kernel, spec.kwargs))
         return found
 
@@ -123,6 +131,41 @@ class KernelLayouts:
         if layouts:
             return self.explain_miss(binary, layouts)
         return explain_unwarmed_key(binary.key, dict.fromkeys(other.key for other in warmed))
+
+
+_PLAIN = {"bool": bool, "int": int, "float": float}
+
+
+def _check_plain_annotations(kernel: Any, inputs: dict[str, Any]) -> None:
+    """Each plain argument (a bool, an int, a float) of the stand-ins is annotated in
+    ``__call__`` with a type it is of: the coverage checker draws the annotated type, as
+    real calls pass it (a float's binary is not an int's)."""
+    parameters = inspect.signature(type(kernel).__call__).parameters
+    for name, value in inputs.items():
+        if type(value) not in (bool, int, float) or name not in parameters:
+            continue
+        annotation = parameters[name].annotation
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        if annotation is inspect.Parameter.empty:
+            raise DeclarationError(f"{kernel.name}: __call__'s {name} has no annotation: annotate the type real "
+                                   f"calls pass (bool, int or float); its stand-in is {value!r}")
+        if text not in _PLAIN or (_PLAIN[text] is not float and type(value) is not _PLAIN[text]):
+            raise DeclarationError(f"{kernel.name}: __call__'s {name} is annotated {text or annotation!r}, and its "
+                                   f"stand-in is the {type(value).__name__} {value!r}: annotate bool, int or float, "
+                                   "the type real calls pass")
+
+
+def _check_pinned_strides(kernel: Any, kwargs: dict[str, Any]) -> None:
+    """A stride ``pinned_by_key`` names is one ``fixed_strides`` fixes: else a layout domain
+    could vary it, while the key says it has one value."""
+    strides = origins(kwargs).strides
+    for name in sorted(getattr(kernel, "pinned_by_key", ())):
+        if name in strides:
+            tensor, dim = strides[name]
+            if not {tensor, f"{tensor}.{dim}"} & set(kernel.fixed_strides):
+                raise DeclarationError(f"{kernel.name}.pinned_by_key: {name!r} is {tensor}.stride({dim}), which "
+                                       f"fixed_strides does not fix: add {tensor}.{dim!s} to fixed_strides (the "
+                                       "public function refusing other strides), or do not pin it")
 
 
 class NoLayouts:
