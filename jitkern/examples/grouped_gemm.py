@@ -170,11 +170,11 @@ class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
     # each would be warmed as 1, a multiple of 16 and other (9 binaries a key); unspecialised,
     # the loads of B would lose the multiple-of-16 row starts that vectorise them.
     pinned_by_key = frozenset({"N", "K"})
-    fixed_strides = frozenset({"a.1", "b.2", "c", "topk_weights"})  # grouped_gemm requires these dense
+    fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
 
     @dataclass(frozen=True)
     class CompileKey:
-        dtype: str  # a, b and c
+        dtype: str  # a, b and out
         n: int  # b.shape[1], pinned
         k: int  # a.shape[1], pinned
         top_k: int
@@ -193,8 +193,16 @@ class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
     def get_warmup_keys(self, *, n: int, k: int, top_k: int, max_tokens: int,
                         dtypes: list[str] = ["bfloat16"],  # noqa: B006 (never mutated)
                         mul_routed_weight: list[bool] = [False, True]) -> list[CompileKey]:  # noqa: B006
-        """Every batch size 1..``max_tokens`` of one expert shape (``b [E, n, k]``, any E)."""
-        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes], tokens=range(1, max_tokens + 1),
+        """Every batch size 1..``max_tokens`` of one expert shape (``b [E, n, k]``, any E): the
+        smallest batch of each tile up to ``max_tokens`` stands for the others of its tile."""
+        unknown = sorted(set(dtypes) - set(_DTYPES))
+        if unknown:
+            raise ValueError(f"dtypes: {unknown} not supported; use {sorted(_DTYPES)}")
+        if min(n, k, top_k, max_tokens) < 1 or n * k >= 2**31 or max_tokens * top_k >= 2**31:
+            raise ValueError("n, k, top_k, max_tokens: must be positive, n * k and max_tokens * top_k below 2**31 "
+                             "(grouped_gemm refuses larger)")
+        batches = [1] + [most + 1 for most, _ in TILES if most is not None and most < max_tokens]
+        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes], tokens=batches,
                             mul_routed_weight=mul_routed_weight)
         return keys.unique_keys(lambda **row: self.dispatch(n=n, k=k, top_k=top_k, **row), rows)
 
@@ -206,7 +214,7 @@ class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
         return dict(
             a=TritonWarmupTensor(dtype, (tokens, key.k)),
             b=TritonWarmupTensor(dtype, (experts, key.n, key.k), varying=()),
-            c=TritonWarmupTensor(dtype, (tokens, key.top_k, key.n)),
+            out=TritonWarmupTensor(dtype, (tokens, key.top_k, key.n)),
             sorted_ids=TritonWarmupTensor(torch.int32, (capacity,)),
             block_experts=TritonWarmupTensor(torch.int32, (capacity // key.block_m,)),
             num_used=TritonWarmupTensor(torch.int32, (1,), varying=()),
@@ -219,19 +227,19 @@ class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
                     num_stages=key.num_stages)
 
     @kernel_launcher
-    def __call__(self, a, b, c, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
+    def __call__(self, a, b, out, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
         """One program per (block of sorted ids, column tile). No checks: runs on stand-ins too."""
         tokens, k = a.shape
-        top_k, n = c.shape[1], c.shape[2]
+        top_k, n = out.shape[1], out.shape[2]
         key = self.dispatch(dtype=a.dtype, tokens=tokens, n=n, k=k, top_k=top_k,
                             mul_routed_weight=topk_weights is not None)
         return LaunchSpec(
             grid=(block_experts.shape[0] * cdiv(n, key.block_n),),
-            kwargs=dict(A=a, B=b, C=c, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
+            kwargs=dict(A=a, B=b, C=out, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
                         NumUsed=num_used, N=n, K=k, num_pairs=tokens * top_k, a_row_stride=launch_stride(a, 0),
                         b_expert_stride=launch_stride(b, 0), b_row_stride=launch_stride(b, 1)),
             key=key,
-            result=c,
+            result=out,
         )
 
 

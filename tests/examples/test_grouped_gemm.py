@@ -60,7 +60,7 @@ def test_matches_reference_in_float16(tokens, experts, top_k, n, k, weighted, ex
         out = backing[: tokens * top_k * n].view(tokens, top_k, n)
     c = grouped_gemm(a, b, ids, weights, out=out)
     assert out is None or c is out
-    # Both add exact fp16 products in fp32 (in orders ~1e-6 apart); rounding that to fp16 can then differ by one ulp (<= 2**-10 relative).
+    # exact fp16 products summed in fp32 by both (orders ~1e-6 apart), then one fp16 rounding: <= 1 ulp, 2**-10 relative
     torch.testing.assert_close(c, reference.grouped_gemm(a, b, ids, weights), rtol=2e-3, atol=1e-3)
     if backing is not None:
         assert backing[tokens * top_k * n:].isnan().all(), "written past the output (a padding id stored)"
@@ -181,5 +181,5 @@ def test_warmed_manifest_serves_bf16_without_compiling():
             for weights in (None, torch.rand(tokens, top_k)):
                 with assert_no_compile():
                     c = grouped_gemm(a, b, ids, weights)
-                # Both add exact bf16 products in fp32; rounding to bf16 can then differ by one ulp (<= 2**-7 relative).
+                # exact bf16 products summed in fp32 by both, then one bf16 rounding: <= 1 ulp, 2**-7 relative
                 torch.testing.assert_close(c, reference.grouped_gemm(a, b32, ids, weights), rtol=1e-2, atol=1e-2)
