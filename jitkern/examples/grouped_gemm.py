@@ -91,28 +91,19 @@ class Tile:
     num_stages: int
 
 
-# (most tokens, tile), first match. A small batch gives each expert few pairs: a small BLOCK_M
-# wastes less on padding. An untuned default for every GPU; a later issue tunes it per GPU.
+# (first batch size, tile): a batch of M tokens takes the last row whose first size is <= M. A
+# small batch gives each expert few pairs: a small BLOCK_M wastes less on padding. An untuned
+# default for every GPU (M <= 16, <= 64, more); a later issue tunes it per GPU.
 TILES = (
-    (16, Tile(block_m=16, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
-    (64, Tile(block_m=32, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
-    (None, Tile(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+    (1, Tile(block_m=16, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+    (17, Tile(block_m=32, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+    (65, Tile(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
 )
 
 
 def tile_for(tokens: int) -> Tile:
-    """The tile of a batch of ``tokens`` tokens (``TILES``)."""
-    return next(tile for most, tile in TILES if most is None or tokens <= most)
-
-
-def fewest_tokens(tile: Tile) -> int:
-    """The smallest batch ``tile_for`` gives ``tile`` (a batch for its stand-ins)."""
-    previous = 0
-    for most, row in TILES:
-        if row == tile:
-            return previous + 1
-        previous = most
-    raise ValueError(f"{tile} is not in TILES")
+    """The tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
+    return [tile for first, tile in TILES if first <= max(tokens, 1)][-1]
 
 
 # --- the host-side sorting ---------------------------------------------------------------
@@ -201,14 +192,14 @@ class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
         if min(n, k, top_k, max_tokens) < 1 or n * k >= 2**31 or max_tokens * top_k >= 2**31:
             raise ValueError("n, k, top_k, max_tokens: must be positive, n * k and max_tokens * top_k below 2**31 "
                              "(grouped_gemm refuses larger)")
-        batches = [1] + [most + 1 for most, _ in TILES if most is not None and most < max_tokens]
-        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes], tokens=batches,
+        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes],
+                            tokens=[first for first, _ in TILES if first <= max_tokens],
                             mul_routed_weight=mul_routed_weight)
         return keys.unique_keys(lambda **row: self.dispatch(n=n, k=k, top_k=top_k, **row), rows)
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         dtype = _DTYPES[key.dtype]
-        tokens = fewest_tokens(Tile(key.block_m, key.block_n, key.block_k, key.group_m, key.num_warps, key.num_stages))
+        tokens = next(first for first, tile in TILES if vars(tile).items() <= vars(key).items())  # its tile's first
         experts, pairs = key.top_k, tokens * key.top_k  # any number of experts: the binary does not depend on it
         capacity = padded_capacity(pairs, experts, key.block_m)
         return dict(
