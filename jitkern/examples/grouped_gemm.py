@@ -23,13 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
-from jitkern import public_call
-from jitkern import cdiv, kernel_launcher, keys
+from jitkern import (Config, LaunchSpec, Tensor, TritonJitKernel, cdiv, computed, derived, dtype_of, kernel_launcher,
+                     launch_stride, public_call, size_of)
 from jitkern.kernel.validation import check_strides_below_i32, check_values_in, same_device
-
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-
 
 @triton.jit(
     do_not_specialize=["num_pairs"],  # M * top_k changes every batch: one binary for all
@@ -101,9 +97,14 @@ TILES = (
 )
 
 
+def tile_first(tokens: int) -> int:
+    """The first batch size of the tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
+    return [first for first, _ in TILES if first <= max(tokens, 1)][-1]
+
+
 def tile_for(tokens: int) -> Tile:
     """The tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
-    return [tile for first, tile in TILES if first <= max(tokens, 1)][-1]
+    return dict(TILES)[tile_first(tokens)]
 
 
 # --- the host-side sorting ---------------------------------------------------------------
@@ -154,84 +155,69 @@ def sort_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Ex
 # --- the kernel class --------------------------------------------------------------------
 
 
-class GroupedGemmKernel(TritonJitKernel["GroupedGemmKernel.CompileKey"]):
+def _max_tokens(value: int) -> str | None:
+    return None if value >= 1 else "must be positive"
+
+
+DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
+MAX_TOKENS = Config("max_tokens", int, check=_max_tokens,  # every batch size up to it: each tile's first stands in
+                    expand=lambda most: [first for first, _ in TILES if first <= most])
+
+
+def _size(name: str) -> Config:
+    return Config(name, int, check=lambda value: None if 1 <= value < 2**31 else "must be in [1, 2**31)")
+
+
+def _tile(field: str, constant: str) -> Any:
+    """A field of the key's tile (``TILES``), the constant it is."""
+    return derived(lambda batch: getattr(tile_for(batch), field), constexpr=constant if constant.isupper() else None,
+                   option=None if constant.isupper() else constant)
+
+
+class GroupedGemmKernel(TritonJitKernel):
     name = "jitkern.example.grouped_gemm"
     kernel = _grouped_gemm_kernel
-    # N and K are runtime arguments whose value the key names: one binary per key. Unpinned,
-    # each would be warmed as 1, a multiple of 16 and other (9 binaries a key); unspecialised,
-    # the loads of B would lose the multiple-of-16 row starts that vectorise them.
     pinned_by_key = frozenset({"N", "K"})
     fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        dtype: str  # a, b and out
-        n: int  # b.shape[1], pinned
-        k: int  # a.shape[1], pinned
-        top_k: int
-        mul_routed_weight: bool
-        block_m: int  # the tile (tile_for, from the batch size)
-        block_n: int
-        block_k: int
-        group_m: int
-        num_warps: int
-        num_stages: int
+        dtype: str = dtype_of("a", warm=DTYPES)  # a, b and out
+        n: int = size_of("b", 1, warm=_size("n"))  # pinned: one class
+        k: int = size_of("a", 1, warm=_size("k"))
+        top_k: int = size_of("out", 1, constexpr="TOP_K", warm=_size("top_k"))
+        mul_routed_weight: bool = computed(lambda topk_weights: topk_weights is not None,
+                                           constexpr="MUL_ROUTED_WEIGHT", warm=[False, True])
+        batch: int = computed(lambda a: tile_first(a.shape[0]), warm=MAX_TOKENS)  # the first batch of a's tile
+        block_m: int = _tile("block_m", "BLOCK_M")
+        block_n: int = _tile("block_n", "BLOCK_N")
+        block_k: int = _tile("block_k", "BLOCK_K")
+        group_m: int = _tile("group_m", "GROUP_M")
+        num_warps: int = _tile("num_warps", "num_warps")
+        num_stages: int = _tile("num_stages", "num_stages")
 
-    def dispatch(self, *, dtype, tokens: int, n: int, k: int, top_k: int, mul_routed_weight: bool) -> CompileKey:
-        return self.CompileKey(str(dtype).removeprefix("torch."), n, k, top_k, mul_routed_weight,
-                               **vars(tile_for(tokens)))
-
-    def get_warmup_keys(self, *, n: int, k: int, top_k: int, max_tokens: int,
-                        dtypes: list[str] = ["bfloat16"],  # noqa: B006 (never mutated)
-                        mul_routed_weight: list[bool] = [False, True]) -> list[CompileKey]:  # noqa: B006
-        """Every batch size 1..``max_tokens`` of one expert shape (``b [E, n, k]``, any E): the
-        smallest batch of each tile up to ``max_tokens`` stands for the others of its tile."""
-        unknown = sorted(set(dtypes) - set(_DTYPES))
-        if unknown:
-            raise ValueError(f"dtypes: {unknown} not supported; use {sorted(_DTYPES)}")
-        if min(n, k, top_k, max_tokens) < 1 or n * k >= 2**31 or max_tokens * top_k >= 2**31:
-            raise ValueError("n, k, top_k, max_tokens: must be positive, n * k and max_tokens * top_k below 2**31 "
-                             "(grouped_gemm refuses larger)")
-        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes],
-                            tokens=[first for first, _ in TILES if first <= max_tokens],
-                            mul_routed_weight=mul_routed_weight)
-        return keys.unique_keys(lambda **row: self.dispatch(n=n, k=k, top_k=top_k, **row), rows)
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        dtype = _DTYPES[key.dtype]
-        tokens = next(first for first, tile in TILES if vars(tile).items() <= vars(key).items())  # its tile's first
-        experts, pairs = key.top_k, tokens * key.top_k  # any number of experts: the binary does not depend on it
-        capacity = padded_capacity(pairs, experts, key.block_m)
-        return dict(
-            a=TritonWarmupTensor(dtype, (tokens, key.k)),
-            b=TritonWarmupTensor(dtype, (experts, key.n, key.k), varying=()),
-            out=TritonWarmupTensor(dtype, (tokens, key.top_k, key.n)),
-            sorted_ids=TritonWarmupTensor(torch.int32, (capacity,)),
-            block_experts=TritonWarmupTensor(torch.int32, (capacity // key.block_m,)),
-            num_used=TritonWarmupTensor(torch.int32, (1,), varying=()),
-            topk_weights=TritonWarmupTensor(torch.float32, (tokens, key.top_k)) if key.mul_routed_weight else None,
-        )
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(TOP_K=key.top_k, MUL_ROUTED_WEIGHT=key.mul_routed_weight, BLOCK_M=key.block_m,
-                    BLOCK_N=key.block_n, BLOCK_K=key.block_k, GROUP_M=key.group_m, num_warps=key.num_warps,
-                    num_stages=key.num_stages)
+    stand_ins = dict(
+        a=Tensor(("batch", "k")), b=Tensor(("top_k", "n", "k"), "dtype", varying=()),  # top_k experts: any E will do
+        out=Tensor(("batch", "top_k", "n"), "dtype"),
+        sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
+        block_experts=Tensor((lambda key: _capacity(key) // key.block_m,), torch.int32),
+        num_used=Tensor((1,), torch.int32, varying=()),
+        topk_weights=lambda key: Tensor(("batch", "top_k"), torch.float32) if key.mul_routed_weight else None)
 
     @kernel_launcher
-    def __call__(self, a, b, out, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
+    def __call__(self, compile_key, a, b, out, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
         """One program per (block of sorted ids, column tile). No checks: runs on stand-ins too."""
-        tokens, k = a.shape
-        top_k, n = out.shape[1], out.shape[2]
-        key = self.dispatch(dtype=a.dtype, tokens=tokens, n=n, k=k, top_k=top_k,
-                            mul_routed_weight=topk_weights is not None)
+        (tokens, k), n = a.shape, out.shape[2]
         return LaunchSpec(
-            grid=(block_experts.shape[0] * cdiv(n, key.block_n),),
+            grid=(block_experts.shape[0] * cdiv(n, compile_key.block_n),),
             kwargs=dict(A=a, B=b, C=out, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
-                        NumUsed=num_used, N=n, K=k, num_pairs=tokens * top_k, a_row_stride=launch_stride(a, 0),
+                        NumUsed=num_used, N=n, K=k, num_pairs=tokens * out.shape[1], a_row_stride=launch_stride(a, 0),
                         b_expert_stride=launch_stride(b, 0), b_row_stride=launch_stride(b, 1)),
-            key=key,
-            result=out,
-        )
+            result=out)
+
+
+def _capacity(key: Any) -> int:
+    return padded_capacity(key.batch * key.top_k, key.top_k, key.block_m)
 
 
 # --- the public function -----------------------------------------------------------------
@@ -268,7 +254,7 @@ def _check(a, b, topk_ids, topk_weights, out) -> None:
         optional = tensor is None and name in ("topk_weights", "out")
         if not optional and not (isinstance(tensor, torch.Tensor) and tensor.dim() == dims):
             raise ValueError(f"{name}: expected a {dims}-D torch.Tensor, got {_describe(tensor)}")
-    if a.dtype not in _DTYPES.values():
+    if a.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"a: dtype {a.dtype} not supported; use float16 or bfloat16")
     (tokens, k), (experts, n, _), top_k = a.shape, b.shape, topk_ids.shape[1]
     if b.dtype != a.dtype or b.shape[2] != k or experts == 0 or n == 0 or k == 0:

@@ -20,11 +20,11 @@ import functools
 import inspect
 from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
 
-import torch
 
 from jitkern import settings, targets
 from jitkern.kernel import registry
 from jitkern.kernel.declare import METADATA, Declaration, DeclarationError
+from jitkern.kernel.interpreter import calls_dot, refusing_bf16_dots
 from jitkern.kernel.settle import settle_cache_key
 from jitkern.launch.binaries import BinaryTable
 from jitkern.launch.plans import recording
@@ -183,8 +183,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         for attribute in ("pinned_by_key", "aligned_tensors", "fixed_strides"):
             setattr(cls, attribute, _names(cls, attribute))
         _adopt_declaration(cls)
-        if "kernel" in cls.__dict__ and settings.interpreting() and _calls_dot(cls.kernel.fn):
-            cls.launch = _refusing_interpreted_bf16_dots(cls.launch)
+        if "kernel" in cls.__dict__ and settings.interpreting() and calls_dot(cls.kernel.fn):
+            cls.launch = refusing_bf16_dots(cls.launch)
 
     def _start(self) -> None:
         self.layouts = KernelLayouts(self)
@@ -312,40 +312,6 @@ def _adopt_declaration(cls: type) -> None:
             functools.update_wrapper(namespace[name], build)
         cls.__call__ = namespace["__call__"]
         cls._build_launch_spec = namespace["launch_spec"]
-
-
-def _calls_dot(function: Any, seen: set | None = None) -> bool:
-    """Whether ``function`` or a ``@triton.jit`` function it calls (by a global name) calls ``dot``."""
-    seen = seen if seen is not None else set()
-    seen.add(function)
-    code = function.__code__
-    if "dot" in code.co_names:
-        return True
-    callees = (function.__globals__.get(name) for name in code.co_names)
-    return any(_calls_dot(callee.fn, seen) for callee in callees
-               if hasattr(callee, "fn") and callable(callee.fn) and callee.fn not in seen
-               and not getattr(callee, "__module__", "").startswith("triton"))
-
-
-def _refusing_interpreted_bf16_dots(launch: Callable[..., Any]) -> Callable[..., Any]:
-    """``launch`` that refuses, under Triton's interpreter, a launch with a bf16 tensor of a
-    kernel calling ``tl.dot``: the interpreter computes a bf16 ``tl.dot`` wrongly, with no
-    error (triton-lang/triton#11584; results about 1e10 off)."""
-
-    @functools.wraps(launch)
-    def checked(self, spec):
-        bf16 = [name for name, value in spec.kwargs.items() if getattr(value, "dtype", None) is torch.bfloat16]
-        if bf16:
-            raise InterpreterCannotRun(f"{self.name}: Triton's interpreter computes a bf16 tl.dot wrongly "
-                                       f"(triton-lang/triton#11584), and {bf16[0]} is bf16: test it in fp16 here, "
-                                       "or in bf16 on a GPU")
-        return launch(self, spec)
-
-    return checked
-
-
-class InterpreterCannotRun(RuntimeError):
-    """A launch Triton's CPU interpreter would compute wrongly, refused."""
 
 
 def _names(cls: type, attribute: str) -> frozenset[str]:

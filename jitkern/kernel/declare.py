@@ -45,7 +45,9 @@ class Config:
 
     ``type``: ``int``, ``bool``, ``str`` or a ``list[...]`` of one; a list's items are
     multiplied with the other fields' values. ``choices``: the values (of a list, the
-    items) allowed. ``check(value)``: why a value is refused, or None.
+    items) allowed. ``check(value)``: why a value is refused, or None. ``expand(value)``:
+    the field values a value gives, when they are not the value (or its items) itself: the
+    batch-size buckets up to a maximum, say.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Config:
     default: Any = inspect.Parameter.empty  # none: the manifest must give it
     choices: tuple = ()
     check: Callable[[Any], str | None] | None = None
+    expand: Callable[[Any], list[Any]] | None = None
 
     def values(self, value: Any) -> list[Any]:
         """The field values ``value`` (from a manifest) gives; ValueError naming the parameter."""
@@ -63,7 +66,7 @@ class Config:
         problem = self.check(value) if self.check is not None else None
         if problem:
             raise ValueError(f"{self.name}: {problem}")
-        return items
+        return list(self.expand(value)) if self.expand is not None else items
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,9 @@ def _field(declaration: Field, default: Any = dataclasses.MISSING) -> Any:
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor argument's usual stand-in (``TritonWarmupTensor``). ``shape`` and ``dtype``
-    items may name a key field; a ``dtype_of``/``size_of`` field of the tensor gives its own."""
+    """A tensor argument's usual stand-in (``TritonWarmupTensor``). ``shape`` items and
+    ``dtype`` may name a key field (or, a size, be a function of the key); a
+    ``dtype_of``/``size_of`` field of the tensor gives its own."""
 
     shape: tuple = (16,)
     dtype: Any = None  # a torch.dtype, or the name of a key field holding a dtype's name
@@ -184,7 +188,7 @@ class Declaration:
             if name not in arguments:
                 raise DeclarationError(f"{self.name}.stand_ins: {name!r} is not an argument of __call__ "
                                        f"({', '.join(sorted(arguments))})")
-            for item in (spec.dtype, *spec.shape) if isinstance(spec, Tensor) else ():
+            for item in (spec.dtype, *spec.shape) if isinstance(spec, Tensor) else ():  # names, not functions
                 if isinstance(item, str) and item not in self.fields:
                     raise DeclarationError(f"{self.name}.stand_ins[{name!r}]: {item!r} is not a field of CompileKey")
 
@@ -326,12 +330,15 @@ class Declaration:
         inputs = {}
         for parameter in self.parameters:
             name = parameter.name
+            value = declared.get(name)
+            if callable(value) and not isinstance(value, Tensor):
+                value = value(key)  # a stand-in that depends on the key
             if name in values:
                 inputs[name] = values[name]
-            elif isinstance(declared.get(name), Tensor):
-                inputs[name] = _stand_in(declared[name], key, dtypes.get(name), sizes.get(name, {}))
+            elif isinstance(value, Tensor):
+                inputs[name] = _stand_in(value, key, dtypes.get(name), sizes.get(name, {}))
             elif name in declared:
-                inputs[name] = declared[name]
+                inputs[name] = value
             elif parameter.default is not parameter.empty:
                 inputs[name] = parameter.default
             else:
@@ -347,7 +354,8 @@ def _stand_in(spec: Tensor, key: Any, dtype_name: str | None, sizes: dict[int, i
         dtype = getattr(torch, dtype)
     if dtype is None:
         raise DeclarationError(f"a Tensor stand-in with no dtype: give Tensor(dtype=...) or a dtype_of field")
-    shape = [getattr(key, size) if isinstance(size, str) else size for size in spec.shape]
+    shape = [getattr(key, size) if isinstance(size, str) else size(key) if callable(size) else size
+             for size in spec.shape]
     for dim, size in sizes.items():
         shape[dim] = size
     return TritonWarmupTensor(dtype, shape, spec.strides, aligned=spec.aligned, varying=spec.varying)

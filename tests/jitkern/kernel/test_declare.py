@@ -13,7 +13,7 @@ import triton.language as tl
 from jitkern import (Config, DeclarationError, LaunchSpec, Tensor, TritonJitKernel, argument, computed, derived,
                      dtype_of, fixed, kernel_launcher, size_of)
 from jitkern.examples.axpy import AxpyKernel
-from jitkern.kernel.base import InterpreterCannotRun
+from jitkern.kernel.interpreter import InterpreterCannotRun
 from jitkern.kernel.registry import UnknownKernel, get_kernel
 
 WIDTHS = Config("widths", list[int], default=[64, 128], check=lambda v: None if all(w > 0 for w in v) else "not positive")
