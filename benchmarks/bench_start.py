@@ -6,7 +6,7 @@ manifest + the first launch, each in a fresh process.
 Each run is a fresh Python process that times, in order:
 - what any engine pays anyway: ``import torch``, ``import triton``, the CUDA context;
 - import: ``import jitkern`` (after torch and triton);
-- process start: ``jitkern.warmup.start_process()``: Triton's hash of its own build,
+- process start: ``jitkern.serve.start_process()``: Triton's hash of its own build,
   ``triton_key()``, which jitkern remembers per installed build (``JITKERN_STATE_DIR``,
   a fresh folder per benchmark: its first run pays the hash);
 - kernel modules: importing the modules the manifests name (Triton parses and hashes

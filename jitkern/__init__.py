@@ -14,6 +14,7 @@ from jitkern import memo as _memo
 from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
 from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
+from jitkern.kernel.declare import Config, DeclarationError, Tensor, argument, computed, derived, dtype_of, fixed, size_of
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.plans import public_call, torch_step
 from jitkern.launch.spec import LaunchSpec
@@ -33,6 +34,15 @@ _install_path_free_amd_key()
 
 __all__ = [
     "BinaryKey",
+    "Config",
+    "DeclarationError",
+    "Tensor",
+    "argument",
+    "computed",
+    "derived",
+    "dtype_of",
+    "fixed",
+    "size_of",
     "JitKernel",
     "LaunchSpec",
     "Layout",

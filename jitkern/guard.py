@@ -73,7 +73,7 @@ def describe_miss(fn: Any) -> tuple[str, dict[str, Any] | None]:
         name = getattr(fn, "name", None) or repr(fn)
         return f"Triton kernel {name} (not launched through a jitkern kernel)", None
     binary = kernel.layouts.binary_key(spec)
-    why = kernel.layouts.explain(binary, kernel.binaries.held())
+    why = "; ".join([*kernel.layouts.outside(spec), kernel.layouts.explain(binary, kernel.binaries.held())])
     return f"{kernel.describe(binary)} ({why})", {"kernel": kernel.name, "keys": [key_fields(binary)]}
 
 

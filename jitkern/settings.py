@@ -47,7 +47,7 @@ class Settings:
     AMD compile: no inline PTX, no hardware fp8 conversion, no PDL) on any GPU, to test
     them on an NVIDIA GPU (``jitkern.targets.Target``). Binaries differ, so a cache is
     built and used with the same setting. Read at each compile: a process that changes it
-    (a test, with ``scope``) calls ``forget_binaries()`` on the kernels, or their direct
+    (a test, with ``scope``) calls ``kernel.binaries.forget()`` on the kernels, or their direct
     launches keep running the other setting's binaries."""
 
     @classmethod

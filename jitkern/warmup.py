@@ -36,6 +36,7 @@ from jitkern.cache.lock import Lock, LockError
 from jitkern.cache.remote import RedisStore, RemoteUnavailable
 from jitkern.cache.share import keep_signed_records, publish, unreadable_lock, write_lock
 from jitkern.cache.wheel import PackError, pack
+from jitkern.kernel import registry
 from jitkern.layouts.binary_key import key_name
 from jitkern.manifest import Deployment, ManifestError, json_schema, merge_record, resolve
 from jitkern.serve import LoadedKernel, MissingBinary, NoGPU, load, start_process  # noqa: F401 - deprecated homes
@@ -109,6 +110,30 @@ def _print_load(manifest_paths: list[str]) -> int:
     return 0
 
 
+def _print_list(deployment: Deployment) -> None:
+    """Every binary, with the declaration that made each class it differs in, then per
+    kernel how many binaries each declaration multiplies."""
+    domains = {}  # (kernel, binary) -> the layout domain it was enumerated in
+    factors: dict[str, dict[str, set]] = {}  # kernel -> declaration -> the class counts it gave
+    for loaded in deployment.manifests:
+        for entry in loaded.entries:
+            for binary in entry.keys:
+                domains.setdefault((entry.kernel.name, binary), entry.domain)
+            for key in dict.fromkeys(binary.key for binary in entry.keys):
+                for reason, count in entry.kernel.layouts.factors(key, entry.domain).items():
+                    factors.setdefault(entry.kernel.name, {}).setdefault(reason, set()).add(count)
+    for target, entries in deployment.by_target.items():
+        for name, key in entries:
+            domain = domains.get((name, key))
+            reasons = registry.get_kernel(name).layouts.reasons(key, domain) if domain is not None else {}
+            why = f"  # {'; '.join(reasons.values())}" if reasons else ""
+            print(f"{name}[{key_name(key)}] for {target}{why}")
+    for name, made in factors.items():
+        keys = len({key.key for entries in deployment.by_target.values() for kernel, key in entries if kernel == name})
+        print(f"{name}: {keys} keys, each multiplied by " + ", ".join(
+            f"{reason} x{'/'.join(map(str, sorted(counts)))}" for reason, counts in made.items()))
+
+
 def _merge_record(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup merge-record",
@@ -155,9 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:
-        for target, entries in deployment.by_target.items():
-            for name, key in entries:
-                print(f"{name}[{key_name(key)}] for {target}")
+        _print_list(deployment)
         counts = {target: len(entries) for target, entries in deployment.by_target.items()}
         total = sum(counts.values())
         print(f"{total} keys for {deployment.targets[0]}" if len(counts) == 1 else

@@ -1,26 +1,24 @@
 """``out = alpha * x + y``: the smallest complete jitkern kernel.
 
-It shows every piece a kernel needs (key, dispatch, warmup keys, stand-in inputs,
-launcher, public function) and gives the CLI and tests something real to compile. Its
-key names only what the kernel decides (dtype, block size): which of x, y and out are
-16-byte aligned, and the class of ``n_elements``, jitkern derives from Triton.
+It shows every piece a kernel needs (a declared key, stand-ins, a launcher, a public
+function) and gives the CLI and tests something real to compile. Its key names only what
+the kernel decides (dtype, block size): which of x, y and out are 16-byte aligned, and the
+class of ``n_elements``, jitkern derives from Triton.
 """
 
 from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor
-from jitkern import public_call
-from jitkern import cdiv, kernel_launcher, keys
+from jitkern import Config, LaunchSpec, Tensor, TritonJitKernel, argument, cdiv, dtype_of, kernel_launcher, public_call
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = Config("dtypes", list[str], choices=("float32", "float16", "bfloat16"))
+BLOCK_SIZES = Config("block_sizes", list[int], default=[1024])
 
 
 @triton.jit
@@ -33,44 +31,25 @@ def _axpy_kernel(X_ptr, Y_ptr, Out_ptr, alpha, n_elements, BLOCK_SIZE: tl.conste
     tl.store(Out_ptr + offsets, (alpha * x + y).to(Out_ptr.dtype.element_ty), mask=mask)
 
 
-class AxpyKernel(TritonJitKernel["AxpyKernel.CompileKey"]):
+class AxpyKernel(TritonJitKernel):
     name = "jitkern.example.axpy"
     kernel = _axpy_kernel
+    stand_ins = dict(x=Tensor(("block_size",)), y=Tensor(("block_size",), "dtype"),
+                     out=Tensor(("block_size",), "dtype"), alpha=1.5)
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # what the kernel decides; jitkern adds how Triton specialises x, y, out and n_elements
-        dtype: str
-        block_size: int
+        dtype: str = dtype_of("x", warm=DTYPES)
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZES)
 
-    def dispatch(self, *, dtype: torch.dtype, block_size: int) -> CompileKey:
-        return self.CompileKey(dtype=str(dtype).removeprefix("torch."), block_size=block_size)
-
-    def get_warmup_keys(self, *, dtypes: list[str], block_sizes: list[int] = [1024]) -> list[CompileKey]:  # noqa: B006
-        unknown = sorted(set(dtypes) - set(_DTYPES))
-        if unknown:
-            raise ValueError(f"dtypes: {unknown} not supported; use {sorted(_DTYPES)}")
-        rows = keys.product(dtype=[_DTYPES[name] for name in dtypes], block_size=block_sizes)
-        return keys.unique_keys(self.dispatch, rows)
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        stand_in = TritonWarmupTensor(_DTYPES[key.dtype], shape=(key.block_size,))
-        return dict(x=stand_in, y=stand_in, out=stand_in, alpha=1.5, block_size=key.block_size)
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(
-            BLOCK_SIZE=key.block_size,
-            enable_fp_fusion=False,  # alpha * x + y rounded twice, as PyTorch computes it
-        )
+    def constants(self, key: CompileKey) -> dict:
+        return {**super().constants(key), "enable_fp_fusion": False}  # alpha * x + y rounded twice, as PyTorch does
 
     @kernel_launcher
-    def __call__(self, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
+    def __call__(self, compile_key, x, y, out, alpha: float, block_size: int = 1024) -> LaunchSpec:
         n_elements = x.numel()
-        return LaunchSpec(
-            grid=(cdiv(n_elements, block_size),),
-            kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements),
-            key=self.dispatch(dtype=x.dtype, block_size=block_size),
-            result=out,
-        )
+        return LaunchSpec(grid=(cdiv(n_elements, block_size),),
+                          kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements), result=out)
 
 
 @public_call
@@ -79,8 +58,8 @@ def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | Non
     for name, tensor in (("x", x), ("y", y), ("out", out)):
         if not isinstance(tensor, torch.Tensor) and not (name == "out" and tensor is None):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if x.dtype not in _DTYPES.values():
-        raise ValueError(f"x: dtype {x.dtype} not supported; use one of {sorted(_DTYPES)}")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"x: dtype {x.dtype} not supported; use one of {sorted(DTYPES.choices)}")
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise ValueError(f"alpha: expected a float, got {type(alpha).__name__}")
     alpha = float(alpha)  # an int is another Triton binary (i32, and 1 is specialised): the warmed one is float

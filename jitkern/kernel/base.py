@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, Generic, TypeVar
+import inspect
+from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
+
 
 from jitkern import settings, targets
 from jitkern.kernel import registry
+from jitkern.kernel.declare import METADATA, Declaration, DeclarationError
+from jitkern.kernel.interpreter import calls_dot, refusing_bf16_dots
 from jitkern.kernel.settle import settle_cache_key
 from jitkern.launch.binaries import BinaryTable
 from jitkern.launch.plans import recording
@@ -59,18 +63,23 @@ class JitKernel(Generic[CompileKeyT]):
         cls._instance = None
         if "dispatch" in cls.__dict__:
             cls.dispatch = _memoised(cls.__dict__["dispatch"])
-        if "name" in cls.__dict__:
+        if "kernel" in cls.__dict__:
+            _check_jit_function(cls)
+            settle_cache_key(cls.__dict__["kernel"])
+        if hasattr(cls.__dict__.get("__call__"), "launch_spec"):  # kept apart: profilers may wrap __call__
+            cls._build_launch_spec = cls.__dict__["__call__"].launch_spec
+        cls._declare()
+        if "name" in cls.__dict__:  # registered last: a class refused above takes no name
             key_class = getattr(cls, "CompileKey", None)
             if key_class is None or not dataclasses.is_dataclass(key_class):
                 raise TypeError(f"{cls.__qualname__} must declare a CompileKey dataclass")
             if not key_class.__dataclass_params__.frozen:
                 raise TypeError(f"{cls.__qualname__}.CompileKey must be frozen")
             registry.register(cls)
-        if "kernel" in cls.__dict__:
-            _check_jit_function(cls)
-            settle_cache_key(cls.__dict__["kernel"])
-        if hasattr(cls.__dict__.get("__call__"), "launch_spec"):  # kept apart: profilers may wrap __call__
-            cls._build_launch_spec = cls.__dict__["__call__"].launch_spec
+
+    @classmethod
+    def _declare(cls) -> None:
+        """Check and take in what the class declares (``TritonJitKernel``'s attributes)."""
 
     def __new__(cls):
         if cls._instance is None:
@@ -117,8 +126,10 @@ def _memoised(dispatch: Callable[..., Any]) -> Callable[..., Any]:
 def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
     """Decorate a ``__call__`` that returns a ``LaunchSpec``: calling it launches.
 
-    The undecorated function stays reachable as ``launch_spec`` so that warmup runs
-    the very same code on stand-in inputs.
+    A ``__call__`` whose first argument is ``compile_key`` receives the key jitkern reads
+    from the call as the kernel's ``CompileKey`` declares (``jitkern.kernel.declare``), and
+    leaves the spec's ``key`` out. The undecorated function stays reachable as
+    ``launch_spec`` so that warmup runs the very same code on stand-in inputs.
     """
 
     @functools.wraps(build)
@@ -158,8 +169,22 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     fixed_strides: ClassVar[frozenset[str]] = frozenset()
     """Strides the public function fixes, of a tensor (``"ring"``) or one dimension (``"mean.1"``):
     a layout cannot list them as strided."""
+    stand_ins: ClassVar[dict[str, Any]] = {}
+    """The usual stand-in of ``__call__``'s arguments the key does not give: a ``Tensor`` per
+    tensor, a value per plain argument; ``warmup_inputs`` is made of them."""
     binaries: BinaryTable
     """The binaries this process holds for the kernel, and its launch path."""
+    _declaration: ClassVar[Declaration | None] = None
+
+    @classmethod
+    def _declare(cls) -> None:
+        if cls.__module__ == __name__:
+            return  # this base class itself
+        for attribute in ("pinned_by_key", "aligned_tensors", "fixed_strides"):
+            setattr(cls, attribute, _names(cls, attribute))
+        _adopt_declaration(cls)
+        if "kernel" in cls.__dict__ and settings.interpreting() and calls_dot(cls.kernel.fn):
+            cls.launch = refusing_bf16_dots(cls.launch)
 
     def _start(self) -> None:
         self.layouts = KernelLayouts(self)
@@ -168,20 +193,25 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
     def constants(self, key: CompileKeyT) -> dict[str, Any]:
         """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,
-        ...) for ``key``.
+        ...) for ``key``: those the key's fields declare (``constexpr=``, ``option=``); a
+        kernel adds others to ``super().constants(key)``.
 
         They come from the key alone, so that a key names one binary whatever the call:
         a direct launch passes the key's constants as they are and checks none of them.
         """
-        return {}
+        return self._declaration.constants(key) if self._declaration else {}
 
     def warmup_inputs(self, key: CompileKeyT) -> dict[str, Any]:
         """Keyword arguments for ``__call__`` that launch with ``key``: any valid launch.
 
         Tensors are ``TritonWarmupTensor`` stand-ins; nothing is allocated. Their layout is
         the deployment's usual one (aligned, contiguous): jitkern varies it per layout.
+        Made from ``stand_ins`` and the key's declared fields; a kernel whose usual layout is
+        not that (views of one projection, say) writes its own.
         """
-        raise NotImplementedError
+        if self._declaration is None:
+            raise NotImplementedError(f"{self.name}: declare its CompileKey fields and tensors, or write warmup_inputs")
+        return self._declaration.stand_ins(key, self.stand_ins)
 
     def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec ``__call__`` would launch for these inputs, without launching."""
@@ -250,6 +280,64 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if not targets.compiling_only():
             self.binaries.take(spec, binary, binary_key.layout)
         return binary
+
+
+def _adopt_declaration(cls: type) -> None:
+    """Make, for a class whose ``CompileKey`` declares its fields, what they give: its
+    ``dispatch`` and ``get_warmup_keys`` unless it writes them, and its ``__call__`` around
+    a launcher that takes ``compile_key``."""
+    if "CompileKey" not in cls.__dict__ and "__call__" not in cls.__dict__:
+        return
+    build = getattr(cls.__dict__.get("__call__"), "launch_spec", None)
+    key_class = getattr(cls, "CompileKey", None)
+    declared = key_class is not None and any(METADATA in field.metadata for field in dataclasses.fields(key_class))
+    takes_key = build is not None and list(inspect.signature(build).parameters)[1:2] == ["compile_key"]
+    if takes_key and not declared:
+        raise DeclarationError(f"{cls.__qualname__}.__call__ takes compile_key, but its CompileKey declares no "
+                               "field (dtype_of, size_of, argument, computed, derived, fixed)")
+    if not declared:
+        return
+    declaration = Declaration(cls, key_class, build or cls._build_launch_spec)
+    declaration.check(cls, writes_warmup_keys=cls.get_warmup_keys is not JitKernel.get_warmup_keys)
+    cls._declaration = declaration
+    if "dispatch" not in cls.__dict__:
+        cls.dispatch = _memoised(lambda self, **fields: declaration.key_of(fields))
+    if cls.get_warmup_keys is JitKernel.get_warmup_keys:
+        cls.get_warmup_keys = declaration.get_warmup_keys()
+    if takes_key:
+        source, namespace = declaration.launcher_source()
+        namespace.update(MAKE=declaration.make, BUILD=build, RECORDING=recording)
+        exec(compile(source, f"<launcher of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own source
+        for name in ("__call__", "launch_spec"):
+            functools.update_wrapper(namespace[name], build)
+        cls.__call__ = namespace["__call__"]
+        cls._build_launch_spec = namespace["launch_spec"]
+
+
+def _names(cls: type, attribute: str) -> frozenset[str]:
+    """A class attribute naming arguments, as a frozenset (any iterable of names is taken);
+    each must be an argument of ``__call__`` (a tensor, ``ring`` or one of its
+    dimensions, ``mean.1``) or, for ``pinned_by_key``, a runtime parameter of ``kernel``."""
+    value = getattr(cls, attribute)
+    at = f"{cls.__qualname__}.{attribute}"
+    if isinstance(value, str) or not isinstance(value, Iterable) or not all(isinstance(n, str) for n in value):
+        raise DeclarationError(f"{at} = {value!r}: expected names (a set, list or tuple of strings)")
+    names = frozenset(value)
+    if attribute in cls.__dict__ and not cls.__module__.startswith('step5'):  # TEMP until the step5 port
+        build = getattr(cls.__dict__.get("__call__"), "launch_spec", None) or getattr(cls, "_build_launch_spec", None)
+        kernel = getattr(cls, "kernel", None)
+        if attribute == "pinned_by_key":
+            known = {param.name for param in runtime_params(kernel)} if kernel is not None else None
+        else:
+            known = set(inspect.signature(build).parameters) - {"self", "compile_key"} if build else None
+        for name in sorted(names):
+            tensor, _, dim = name.partition(".")
+            if known is not None and (tensor if attribute != "pinned_by_key" else name) not in known:
+                raise DeclarationError(f"{at}: {name!r} is not {'a runtime parameter of the kernel' if attribute == 'pinned_by_key' else 'an argument of __call__'} "
+                                       f"({', '.join(sorted(known))})")
+            if dim and (attribute != "fixed_strides" or not dim.isdigit()):
+                raise DeclarationError(f"{at}: {name!r}: only fixed_strides names a dimension, as TENSOR.DIM")
+    return names
 
 
 def _check_jit_function(cls: type) -> None:

@@ -3,8 +3,8 @@
 A direct launch must check, per call, that Triton would pick its binary: each tensor's
 class, dtype, device and 16-byte alignment, each integer's class. In Python those checks
 and the reads they need cost more than Triton's own C launcher spends on the same
-arguments (``benchmarks/device/launch_parts.py``, run 84 on the H200: 1.4-1.9 us of
-10-14 us for kernels of 12-18 arguments). Here one C call reads the arguments, checks
+arguments (``benchmarks/device/launch_parts.py`` on the H200: 1.4-1.9 us of 10-14 us
+for kernels of 12-18 arguments). Here one C call reads the arguments, checks
 them, takes each tensor's address and calls the launcher, with no Python frame between.
 
 The module is built from ``SOURCE`` by Triton's own ``compile_module_from_src``, so it is

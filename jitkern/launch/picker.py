@@ -23,7 +23,7 @@ def layout_picker(jit_function: Any, candidates: list[tuple[dict[str, Any], Call
 
 
 def layout_picker_recipe(jit_function: Any, candidates: list[dict[str, Any]]) -> dict[str, Any]:
-    """A layout picker as plain data (``jitkern.load_memo`` keeps it): its source and the
+    """A layout picker as plain data (``jitkern.serve.memo`` keeps it): its source and the
     class of each candidate's arguments, in ``candidates``' order."""
     classes = {}  # argument -> expression of its class, in terms of ``value``
     for param in runtime_params(jit_function):

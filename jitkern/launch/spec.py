@@ -15,13 +15,14 @@ class LaunchSpec(Generic[CompileKeyT]):
 
     ``kwargs`` holds the arguments of the ``@triton.jit`` function that are not constexprs,
     by name; the constexprs and Triton's launch options come from the kernel's
-    ``constants(key)``. ``result`` is what the call returns. Not frozen: it is built on
-    every launch, and a frozen dataclass costs twice as much.
+    ``constants(key)``. ``key`` is left out by a launcher that takes ``compile_key``: jitkern
+    sets it. ``result`` is what the call returns. Not frozen: it is built on every launch,
+    and a frozen dataclass costs twice as much.
     """
 
     grid: tuple[int, ...]
     kwargs: dict[str, Any]
-    key: CompileKeyT
+    key: CompileKeyT | None = None
     result: Any = None
 
 

@@ -9,10 +9,11 @@ specialisations inside a domain, ``enumerate_layouts`` every layout they combine
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from jitkern.layouts.specialisation import LARGE, int_classes, layout_text, runtime_params
+from jitkern.layouts.specialisation import LARGE, int_classes, int_text, layout_text, runtime_params
+from jitkern.layouts.values import ValueDomain
 from jitkern.layouts.stand_ins import TracedStride, TritonWarmupTensor
 
 MAX_LAYOUTS = 1024  # binaries of one compile key a layout domain may give
@@ -34,12 +35,18 @@ class LayoutDomain:
 
     unaligned: frozenset[str] = frozenset()
     strided: frozenset[str] = frozenset()
+    values: dict[str, ValueDomain] = field(default_factory=dict)
+    """Integers whose values a deployment names: a stride (``"z.0"``) or a runtime integer
+    argument of the kernel (``"n_tokens"``), each a ``ValueDomain``."""
 
     def allows_unaligned(self, tensor: str) -> bool:
         return tensor in self.unaligned
 
     def allows_any_stride(self, tensor: str, dim: int) -> bool:
         return tensor in self.strided or f"{tensor}.{dim}" in self.strided
+
+    def stride_values(self, tensor: str, dim: int) -> ValueDomain | None:
+        return self.values.get(f"{tensor}.{dim}")
 
 
 def name_stand_ins(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +95,8 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
     a tensor ``layout.strided`` names, or one that varies with the tensor's sizes (see
     ``TritonWarmupTensor.varying``): any integer; else as its stand-in. Any other integer
     (a size, a value ``__call__`` computes): any integer, unless the kernel lists it in
-    ``pinned_by_key`` (its value is a function of the key).
+    ``pinned_by_key`` (its value is a function of the key). A stride (``"z.0"``) or an
+    integer argument ``layout.values`` names: the classes of its declared values.
     """
     found = origins(kwargs)
     stand_ins = {value.name: value for value in kwargs.values() if isinstance(value, TritonWarmupTensor)}
@@ -109,13 +117,23 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
         elif param.name in found.strides:
             tensor, dim = found.strides[param.name]
             varies = tensor not in stand_ins or stand_ins[tensor].stride_varies(dim)
-            domains[param.name] = (int_classes(param, kernel.large_ints)
-                                   if varies or layout.allows_any_stride(tensor, dim) else (text,))
+            values = layout.stride_values(tensor, dim) or layout.values.get(param.name)
+            domains[param.name] = (_classes(param, values, kernel.large_ints) if values else
+                                   int_classes(param, kernel.large_ints) if varies or layout.allows_any_stride(tensor, dim)
+                                   else (text,))
         elif param.name in kernel.pinned_by_key:
             domains[param.name] = (text,)
+        elif param.name in layout.values:
+            domains[param.name] = _classes(param, layout.values[param.name], kernel.large_ints)
         else:
             domains[param.name] = int_classes(param, kernel.large_ints)
     return domains
+
+
+def _classes(param: Any, values: ValueDomain, large: bool) -> tuple[str, ...]:
+    """The classes Triton gives the values of ``values``, in ``int_classes``' order."""
+    found = {int_text(param, value) for value in values.witnesses(large)}
+    return tuple(text for text in int_classes(param, True) if text in found)
 
 
 def enumerate_layouts(domains: dict[str, tuple[str, ...]], base: dict[str, str]) -> list[str]:

@@ -7,6 +7,7 @@ declares.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Iterable
 
@@ -23,6 +24,11 @@ from jitkern.layouts.specialisation import (
     stand_ins_for,
 )
 from jitkern.layouts.stand_ins import TritonWarmupTensor
+from jitkern.layouts.values import ValueDomain
+
+
+class DeclarationError(TypeError):
+    """A kernel's declaration that cannot work; one line naming class, attribute and value."""
 
 
 class WarmupMismatch(RuntimeError):
@@ -36,6 +42,9 @@ class KernelLayouts:
     def __init__(self, kernel: Any):
         self.kernel = kernel
         self._stand_ins: dict[tuple, tuple[dict[str, Any], dict[str, str]]] = {}  # (key, backend) -> kwargs, texts
+        self.declared: dict[str, list[ValueDomain]] = {}
+        """The value domains the deployment loaded in this process declares (``load()``), by the
+        stride (``z.0``) or integer argument they name: a launch outside them is named so."""
 
     def stand_ins(self, key: Any) -> tuple[dict[str, Any], dict[str, str]]:
         """The runtime arguments of ``warmup_inputs(key)`` (its tensors named after their
@@ -49,6 +58,9 @@ class KernelLayouts:
             if spec.key != key:
                 raise WarmupMismatch(f"{kernel.name}: warmup_inputs({key_name(key)}) dispatches to "
                                      f"{key_name(spec.key)}")
+            if not self._stand_ins:
+                _check_plain_annotations(kernel, kernel.warmup_inputs(key))
+                _check_pinned_strides(kernel, spec.kwargs)
             found = self._stand_ins[memo] = (spec.kwargs, specialisation(kernel.kernel, spec.kwargs))
         return found
 
@@ -79,6 +91,34 @@ class KernelLayouts:
                                      "do_not_specialize")
             binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
         return list(dict.fromkeys(binaries))
+
+    def reasons(self, binary: BinaryKey, domain: LayoutDomain) -> dict[str, str]:
+        """Why each runtime argument whose class the binary's layout names differs from its
+        key's stand-ins: the declaration of ``domain`` that made it, in words."""
+        kwargs, _ = self.stand_ins(binary.key)
+        return {name: self._reason(name, kwargs, domain) for name in parse_layout(binary.layout)}
+
+    def factors(self, key: Any, domain: LayoutDomain) -> dict[str, int]:
+        """How many classes each argument of ``key`` takes inside ``domain`` (those that take
+        more than one): their product is the number of binaries of the key."""
+        kwargs, base = self.stand_ins(key)
+        found = argument_domains(self.kernel, kwargs, base, domain)
+        return {self._reason(name, kwargs, domain): len(choices) for name, choices in found.items() if len(choices) > 1}
+
+    def _reason(self, name: str, kwargs: dict[str, Any], domain: LayoutDomain) -> str:
+        found = origins(kwargs)
+        if name in found.tensors:
+            return f"{found.tensors[name]} unaligned"
+        if name in found.strides:
+            tensor, dim = found.strides[name]
+            values = domain.stride_values(tensor, dim) or domain.values.get(name)
+            if values is not None:
+                return f"{tensor}.{dim} in {values.describe()}"
+            return f"{tensor}.{dim} strided" if domain.allows_any_stride(tensor, dim) else \
+                f"{tensor}.{dim} varies with its sizes"
+        if name in domain.values:
+            return f"{name} in {domain.values[name].describe()}"
+        return f"{name} any value"
 
     def tensor_dims(self, key: Any) -> dict[str, int]:
         """The tensors a layout domain may name (``__call__`` arguments), with their dimensions."""
@@ -115,6 +155,30 @@ class KernelLayouts:
         full = lambda layout: {**base, **parse_layout(layout)}  # noqa: E731
         return explain_miss(full(binary.layout), [full(layout) for layout in warmed_layouts], origins(kwargs))
 
+    def declare(self, domain: LayoutDomain) -> None:
+        """Add ``domain``'s value domains to those this process's deployment declares."""
+        for name, values in domain.values.items():
+            if values not in self.declared.setdefault(name, []):
+                self.declared[name].append(values)
+
+    def outside(self, spec: Any) -> list[str]:
+        """Each stride or integer of a launch (a ``LaunchSpec``) outside every value domain
+        declared for it, in words: ``z.0: stride 608 outside the declared [600]``."""
+        found = origins(self.stand_ins(spec.key)[0])
+        words = []
+        for argument, value in spec.kwargs.items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                continue
+            name, what = argument, "value"
+            if argument in found.strides:
+                tensor, dim = found.strides[argument]
+                name, what = (f"{tensor}.{dim}", "stride") if f"{tensor}.{dim}" in self.declared else (argument, "stride")
+            domains = self.declared.get(name)
+            if domains and not any(value in domain for domain in domains):
+                words.append(f"{name}: {what} {value} outside the declared "
+                             f"{' or '.join(domain.describe() for domain in domains)}")
+        return words
+
     def explain(self, binary: BinaryKey, warmed: Iterable[BinaryKey]) -> str:
         """Why ``binary`` is none of the ``warmed`` binaries: the argument that differs from
         its key's warmed layouts, else the key fields that differ from the nearest warmed key."""
@@ -125,12 +189,76 @@ class KernelLayouts:
         return explain_unwarmed_key(binary.key, dict.fromkeys(other.key for other in warmed))
 
 
+_PLAIN = {"bool": bool, "int": int, "float": float}
+
+
+def _check_plain_annotations(kernel: Any, inputs: dict[str, Any]) -> None:
+    """Each plain argument (a bool, an int, a float) of the stand-ins is annotated in
+    ``__call__`` with a type it is of: the coverage checker draws the annotated type, as
+    real calls pass it (a float's binary is not an int's)."""
+    parameters = inspect.signature(type(kernel).__call__).parameters
+    kernel_name = getattr(kernel, "name", type(kernel).__qualname__)
+    for name, value in inputs.items():
+        if type(value) not in (bool, int, float) or name not in parameters:
+            continue
+        annotation = parameters[name].annotation
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        if annotation is inspect.Parameter.empty:
+            raise DeclarationError(f"{kernel_name}: __call__'s {name} has no annotation: annotate the type real "
+                                   f"calls pass (bool, int or float); its stand-in is {value!r}")
+        if text not in _PLAIN or (_PLAIN[text] is not float and type(value) is not _PLAIN[text]):
+            raise DeclarationError(f"{kernel_name}: __call__'s {name} is annotated {text or annotation!r}, and its "
+                                   f"stand-in is the {type(value).__name__} {value!r}: annotate bool, int or float, "
+                                   "the type real calls pass")
+
+
+def _check_pinned_strides(kernel: Any, kwargs: dict[str, Any]) -> None:
+    """A stride ``pinned_by_key`` names is one ``fixed_strides`` fixes: else a layout domain
+    could vary it, while the key says it has one value."""
+    strides = origins(kwargs).strides
+    for name in sorted(getattr(kernel, "pinned_by_key", ())):
+        if name in strides:
+            tensor, dim = strides[name]
+            if not {tensor, f"{tensor}.{dim}"} & set(kernel.fixed_strides):
+                raise DeclarationError(f"{kernel.name}.pinned_by_key: {name!r} is {tensor}.stride({dim}), which "
+                                       f"fixed_strides does not fix: add {tensor}.{dim!s} to fixed_strides (the "
+                                       "public function refusing other strides), or do not pin it")
+
+
 class NoLayouts:
     """The layouts of a kernel with no runtime arguments to lay out (a ``JitKernel`` that is
     not a Triton kernel): one binary per key."""
 
     def binary_keys(self, keys: list[Any], domain: LayoutDomain = LayoutDomain()) -> list[BinaryKey]:
         return [BinaryKey(key) for key in keys]
+
+    def reasons(self, binary: BinaryKey, domain: LayoutDomain) -> dict[str, str]:
+        """Why each runtime argument whose class the binary's layout names differs from its
+        key's stand-ins: the declaration of ``domain`` that made it, in words."""
+        kwargs, _ = self.stand_ins(binary.key)
+        return {name: self._reason(name, kwargs, domain) for name in parse_layout(binary.layout)}
+
+    def factors(self, key: Any, domain: LayoutDomain) -> dict[str, int]:
+        """How many classes each argument of ``key`` takes inside ``domain`` (those that take
+        more than one): their product is the number of binaries of the key."""
+        kwargs, base = self.stand_ins(key)
+        found = argument_domains(self.kernel, kwargs, base, domain)
+        return {self._reason(name, kwargs, domain): len(choices) for name, choices in found.items() if len(choices) > 1}
+
+    def _reason(self, name: str, kwargs: dict[str, Any], domain: LayoutDomain) -> str:
+        found = origins(kwargs)
+        if name in found.tensors:
+            return f"{found.tensors[name]} unaligned"
+        if name in found.strides:
+            tensor, dim = found.strides[name]
+            values = domain.stride_values(tensor, dim) or domain.values.get(name)
+            if values is not None:
+                return f"{tensor}.{dim} in {values.describe()}"
+            return f"{tensor}.{dim} strided" if domain.allows_any_stride(tensor, dim) else \
+                f"{tensor}.{dim} varies with its sizes"
+        if name in domain.values:
+            return f"{name} in {domain.values[name].describe()}"
+        return f"{name} any value"
 
     def tensor_dims(self, key: Any) -> dict[str, int]:
         return {}

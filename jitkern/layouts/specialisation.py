@@ -156,6 +156,15 @@ def int_classes(param: Any, large: bool) -> tuple[str, ...]:
     return _INT_CLASSES + (_LARGE_INT_CLASSES if large else ())
 
 
+def int_text(param: Any, value: int) -> str:
+    """Triton's specialisation of ``value`` passed for the integer parameter ``param``."""
+    from triton._C.libtriton import native_specialize_impl
+
+    kind, key = native_specialize_impl(specialising_backend(), value, param.is_const, not param.do_not_specialize,
+                                       not param.do_not_specialize_on_alignment)
+    return _text(kind, key)
+
+
 def representative(text: str, like: Any) -> Any:
     """A value Triton specialises as ``text``; a tensor stands in for a tensor ``like``."""
     if text.startswith("*"):

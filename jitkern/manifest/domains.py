@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jitkern.layouts.domains import LayoutDomain
+from jitkern.layouts.values import EmptyDomain, ValueDomain, domain_of
 from jitkern.manifest.schema import LayoutDomainSchema, ManifestError
 
 
@@ -20,8 +21,14 @@ def tensor_dims(kernel: Any, keys: Any) -> dict[str, int]:
     return dims
 
 
+def integer_arguments(kernel: Any, keys: Any) -> set[str]:
+    """The kernel's runtime integer arguments (its ``@triton.jit`` parameters), over all ``keys``."""
+    return {name for key in keys for name, text in kernel.layouts.stand_ins(key)[1].items()
+            if text == "1" or text.startswith(("i", "u"))}
+
+
 def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], own: LayoutDomainSchema,
-                   shared: LayoutDomainSchema) -> LayoutDomain:
+                  shared: LayoutDomainSchema, integers: set[str] = frozenset()) -> LayoutDomain:
     """The kernel's layout domain: its entry's, with the manifest's for the tensors it has.
     A name the entry gives must be a tensor of the kernel (of ``tensors``: its keys' tensors
     and their dimensions) that its public function accepts so laid out; one the manifest
@@ -48,7 +55,52 @@ def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], 
             if refusal:
                 raise ManifestError(f"{where}: layout.{field} lists {name!r}, which {kernel.name} cannot serve: "
                                     f"its public function requires {refusal}")
-    return LayoutDomain(unaligned=frozenset(chosen["unaligned"]), strided=frozenset(chosen["strided"]))
+    values = _kernel_values(where, path, kernel, tensors, integers, own, shared)
+    both = sorted(set(values) & chosen["strided"])
+    if both:
+        raise ManifestError(f"{where}: layout lists {both[0]!r} both as strided (any stride) and with values: "
+                            "give one")
+    return LayoutDomain(unaligned=frozenset(chosen["unaligned"]), strided=frozenset(chosen["strided"]), values=values)
+
+
+def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int], integers: set[str],
+                   own: LayoutDomainSchema, shared: LayoutDomainSchema) -> dict[str, ValueDomain]:
+    """The value domains of the entry's and the manifest's layout that name the kernel's
+    strides (``z.0``) or runtime integer arguments, each checked: a domain no integer is in,
+    a stride the public function fixes, or values it refuses (beyond i32 where
+    ``large_ints`` is False, a negative stride) are one error naming the field."""
+    values = {}
+    for at, domain, manifests in ((f"{where}.layout", own, False), (f"{path}: layout", shared, True)):
+        for name, document in domain.values.items():
+            field = f"{at}.values[{name!r}]"
+            tensor, dim = _layout_name(name, "strided")
+            stride = dim is not None and tensor in tensors
+            if not stride and name not in integers:
+                if manifests:
+                    continue  # another kernel's (check_shared_domain)
+                raise ManifestError(f"{field}: {kernel.name} has no stride or integer argument {name!r} (strides: "
+                                    f"TENSOR.DIM of {', '.join(sorted(tensors)) or 'none'}; integer arguments: "
+                                    f"{', '.join(sorted(integers)) or 'none'})")
+            if stride and dim >= tensors[tensor]:
+                raise ManifestError(f"{field}: {tensor!r} of {kernel.name} has {tensors[tensor]} dimensions, "
+                                    f"no dimension {dim}")
+            refusal = _refusal(kernel, "strided", name) if stride else ""
+            if refusal:
+                raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
+            try:
+                values[name] = domain_of(document if isinstance(document, list) else document.model_dump())
+                values[name].witnesses(getattr(kernel, "large_ints", False))
+            except EmptyDomain as error:
+                raise ManifestError(f"{field}: {error}") from None
+            low = min(values[name].values) if values[name].values else values[name].low
+            high = max(values[name].values) if values[name].values else values[name].high
+            if stride and low is not None and low < 0:
+                raise ManifestError(f"{field}: a stride is not negative, got {low}")
+            if not getattr(kernel, "large_ints", False) and any(bound is not None and not -2**31 <= bound < 2**31
+                                                                for bound in (low, high)):
+                raise ManifestError(f"{field}: {kernel.name}'s public function refuses integers of 2**31 or more "
+                                    "(its binaries keep them i32)")
+    return values
 
 
 def _refusal(kernel: Any, field: str, name: str) -> str:
@@ -87,14 +139,21 @@ def check_dimension_names(where: str, domain: LayoutDomainSchema) -> None:
 def check_shared_domain(path: Path, shared: LayoutDomainSchema, entries: list[Any]) -> None:
     """Each tensor the manifest's layout names is a tensor of one of its kernels (of the
     ``entries``, each a ``ResolvedEntry``) at least."""
-    tensors = set()
+    tensors, integers = set(), set()
     for entry in entries:
-        tensors |= set(tensor_dims(entry.kernel, dict.fromkeys(binary.key for binary in entry.keys)))
+        keys = dict.fromkeys(binary.key for binary in entry.keys)
+        tensors |= set(tensor_dims(entry.kernel, keys))
+        integers |= integer_arguments(entry.kernel, keys)
     for field, names in (("unaligned", shared.unaligned), ("strided", shared.strided)):
         for position, name in enumerate(names):
             if _layout_name(name, field)[0] not in tensors:
                 raise ManifestError(f"{path}: layout.{field}[{position}]: no kernel of this manifest has a tensor "
                                     f"{name!r} (tensors: {', '.join(sorted(tensors)) or 'none'})")
+    for name in shared.values:
+        tensor, dim = _layout_name(name, "strided")
+        if not (dim is not None and tensor in tensors) and name not in integers:
+            raise ManifestError(f"{path}: layout.values[{name!r}]: no kernel of this manifest has a stride or integer "
+                                f"argument {name!r}")
 
 
 def accepted_domain(kernel: Any, key: Any) -> LayoutDomain:

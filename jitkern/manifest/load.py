@@ -20,10 +20,10 @@ import pydantic
 
 from jitkern.kernel import registry
 from jitkern.layouts.binary_key import BinaryKey, key_name
-from jitkern.layouts.domains import TooManyLayouts
+from jitkern.layouts.domains import LayoutDomain, TooManyLayouts
 from jitkern.layouts.specialisation import backend_of, marks_pointer_range
 from jitkern.manifest.domains import accepted_domain, check_dimension_names, check_shared_domain, kernel_domain
-from jitkern.manifest.domains import tensor_dims
+from jitkern.manifest.domains import integer_arguments, tensor_dims
 from jitkern.manifest.schema import KernelEntry, LayoutDomainSchema, Manifest, ManifestError, config_model
 from jitkern.manifest.schema import describe_errors, key_model, location
 from jitkern.targets import parse_target
@@ -43,6 +43,7 @@ class ResolvedEntry:
     kernel: Any
     config: dict[str, Any] | None
     keys: tuple[Any, ...]
+    domain: LayoutDomain = LayoutDomain()  # the layout domain its keys were enumerated in
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomainSch
         raise ManifestError(f"{where}.config: {entry.kernel} enumerates no keys for this config")
     try:
         layout = kernel_domain(path, index, kernel, tensor_dims(kernel, keys), entry.layout or LayoutDomainSchema(),
-                                shared)
+                               shared, integer_arguments(kernel, keys))
         binaries = kernel.layouts.binary_keys(keys, layout)
     except ManifestError:
         raise
@@ -176,7 +177,7 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomainSch
     except Exception as error:  # e.g. Triton refusing a stand-in's stride of a huge config value
         raise ManifestError(f"{where}.config: {entry.kernel} cannot launch its keys: {type(error).__name__}: "
                             f"{error}") from error
-    return ResolvedEntry(index, kernel, config, tuple(binaries))
+    return ResolvedEntry(index, kernel, config, tuple(binaries), layout)
 
 
 def _combinations(config: dict[str, Any] | None) -> int:

@@ -29,6 +29,16 @@ class ManifestError(ValueError):
     """A manifest that cannot be used; the message names the file and the field."""
 
 
+class ValueRangeSchema(BaseModel):
+    """The integers in ``[min, max]`` (a bound left out: unbounded) that are multiples of ``multiple_of``."""
+
+    model_config = ConfigDict(extra="forbid", title="ValueRange")
+
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int = Field(default=1, ge=1)
+
+
 class LayoutDomainSchema(BaseModel):
     """The layout domain a deployment passes, by the kernels' tensor argument names
     (``jitkern.layouts.LayoutDomain`` once loaded)."""
@@ -44,6 +54,11 @@ class LayoutDomainSchema(BaseModel):
         default_factory=list,
         description="tensors whose strides take any value ('z'), or one dimension's stride ('z.0'); "
                     "the others are contiguous",
+    )
+    values: dict[str, list[int] | ValueRangeSchema] = Field(
+        default_factory=dict,
+        description="the values a stride ('z.0') or a runtime integer argument of a kernel ('n_tokens') takes: "
+                    "a list, or a range {'min', 'max', 'multiple_of'}; only their classes are warmed",
     )
 
 

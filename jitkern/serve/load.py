@@ -49,7 +49,7 @@ def load(manifest_paths: list[str]) -> list[LoadedKernel]:
     prepared, so the first request launches at full speed. Keys the cache lacks, or holds
     damaged, are not compiled: ``MissingBinary`` names each (after the others loaded). A
     cache made by another compiler build is reported in one line, with the count. Each
-    kernel's launch is then rehearsed, launching nothing (``jitkern.rehearsal``). On a
+    kernel's launch is then rehearsed, launching nothing (``jitkern.serve.rehearsal``). On a
     machine with no GPU it raises ``NoGPU``.
     """
     with _collector_paused():
@@ -94,6 +94,9 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
             registry.get_kernel(name).binaries.prepare()
         return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
     deployment, _note = resolve(manifest_paths, target=None)
+    for loaded_manifest in deployment.manifests:  # so the guard names a launch outside them
+        for entry in loaded_manifest.entries:
+            entry.kernel.layouts.declare(entry.domain)
     here, entries = next(iter(deployment.by_target.items()))  # this GPU's target (with none: the manifests' first)
     fresh: list[str] = []
 
@@ -142,7 +145,7 @@ _process_started: list[float] = []
 def start_process() -> float:
     """Pay a process's one-time costs of loading binaries; returns the seconds they took
     (0 after the first call): the GPU's context and Triton's hash of its own build
-    (``triton_key()``, remembered per build by ``jitkern.triton_build``), which Triton
+    (``triton_key()``, remembered per build by ``jitkern.memo``), which Triton
     otherwise pays at the first binary it looks up."""
     if _process_started:
         return 0.0

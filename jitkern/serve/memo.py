@@ -58,10 +58,11 @@ from jitkern.cache.roots import read_roots
 from jitkern.kernel import registry
 from jitkern.launch.direct import known_code
 from jitkern.layouts.binary_key import BinaryKey
+from jitkern.layouts.values import ValueDomain
 from jitkern.memo import file_stats, triton_root
 from jitkern.serve.compiled import compiled_kernel, sharing_identical_work
 
-FORMAT = 3
+FORMAT = 4
 MEMO_FOLDER = "loads"
 MAX_MEMOS = 32  # deployments remembered per machine; the oldest memo is dropped
 
@@ -176,7 +177,8 @@ def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
             recipe["source"] = sources[recipe["source"]]
         memo = {"format": FORMAT, "code": file_stats(code_files(list(kernels.values()))), "modules": list(modules),
                 "triton_keys": {name: kernel.kernel.cache_key for name, kernel in kernels.items()},
-                "binaries": binaries, "pickers": pickers, "compiled": known_code(list(sources))}
+                "binaries": binaries, "pickers": pickers, "compiled": known_code(list(sources)),
+                "declared": {name: _encode_declared(kernel) for name, kernel in kernels.items()}}
         data = marshal.dumps(memo)
     except (NotRemembered, ValueError):
         return False
@@ -254,6 +256,12 @@ def _exact(value: Any) -> tuple:
     raise NotRemembered(repr(value))
 
 
+def _encode_declared(kernel: Any) -> dict[str, list[tuple]]:
+    """The value domains the kernel's deployment declares (``KernelLayouts.declared``), as tuples."""
+    return {name: [(domain.values, domain.low, domain.high, domain.multiple_of) for domain in domains]
+            for name, domains in kernel.layouts.declared.items()}
+
+
 def _encode_key(key: Any) -> tuple:
     """A compile key's fields as values ``marshal`` keeps exactly (a dtype by its name)."""
     fields = tuple((field.name, *_encode_field(getattr(key, field.name))) for field in dataclasses.fields(key))
@@ -307,6 +315,9 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
             kernel.binaries.adopt(BinaryKey(key, record["layout"]), binary, record["recipe"])
             binaries, seconds = loaded.get(record["kernel"], (0, 0.0))
             loaded[record["kernel"]] = (binaries + 1, seconds + time.perf_counter() - start)
+    for name, declared in memo["declared"].items():
+        kernels[name].layouts.declared = {field: [ValueDomain(*domain) for domain in domains]
+                                          for field, domains in declared.items()}
     for name, key, recipe, layouts in memo["pickers"]:
         kernels[name].binaries.adopt_picker(_decode_key(kernels[name].CompileKey, key), recipe, layouts)
     return loaded

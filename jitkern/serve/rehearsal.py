@@ -15,9 +15,9 @@ functions' checks read their inputs (``_read_as_checks_do``). A process with lau
 set (a profiler) rehearses nothing, so that the hooks see only real launches.
 
 Measured on the H200 against no rehearsal, in fresh processes taking turns
-(``docs/benchmarks.md``): the first call took 0.129 ms of host time against 0.193 ms
-(run 64, 7 processes each). The rehearsal's first form (a direct launch, no reads) had
-saved 0.02-0.045 ms in two runs and nothing in a third.
+(``benchmarks/device/first_launch_split.py``): the first call took 0.129 ms of host time
+against 0.193 ms. A rehearsal of the direct launch alone saved 0.02-0.045 ms or nothing:
+the kernel's checks and the tensor reads it left out are code a first call runs too.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def rehearse(kernel: Any) -> bool:
     device = torch.device(triton.runtime.driver.active.get_active_torch_device())
     for key in kernel.binaries.directly_launched_keys() if hasattr(kernel, "binaries") else ():
         try:  # a rehearsal only saves time: whatever goes wrong in it must not stop load()
-            inputs = _real_inputs(kernel.warmup_inputs(key), device)
+            inputs = real_inputs(kernel.warmup_inputs(key), device)
             spec = kernel.launch_spec(**inputs) if inputs is not None else None
             if spec is None or spec.key != key:
                 continue
@@ -82,7 +82,7 @@ def _read_as_checks_do(tensor: torch.Tensor) -> None:
     isinstance(0.5, numbers.Real), isinstance(1, numbers.Integral)
 
 
-def _real_inputs(stand_ins: dict[str, Any], device: torch.device) -> dict[str, Any] | None:
+def real_inputs(stand_ins: dict[str, Any], device: torch.device) -> dict[str, Any] | None:
     """``stand_ins`` with each ``TritonWarmupTensor`` made a tensor of its dtype, shape,
     strides and alignment on ``device`` (None when one would be too large)."""
     inputs = {}

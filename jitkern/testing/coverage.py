@@ -46,6 +46,7 @@ from jitkern.layouts.binary_key import BinaryKey
 from jitkern.layouts.domains import LayoutDomain
 from jitkern.layouts.kernel_layouts import WarmupMismatch
 from jitkern.layouts.specialisation import I32_LIMIT, triton_lookup_key
+from jitkern.layouts.values import ValueDomain
 from jitkern.layouts.stand_ins import TritonWarmupTensor, contiguous_strides
 from jitkern.targets import compile_only, parse_target
 
@@ -78,6 +79,7 @@ class _TensorPlan:
     fixed_dims: tuple[int, ...]
     any_offset: bool
     contiguous: bool
+    valued_dims: tuple[tuple[int, ValueDomain], ...] = ()  # dimensions whose strides the layout names values of
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
     from hypothesis import HealthCheck, assume, given, reject, settings
     from hypothesis import strategies as st
 
-    layout = layout if isinstance(layout, LayoutDomain) else LayoutDomain(**{k: frozenset(v) for k, v in layout.items()})
+    layout = layout if isinstance(layout, LayoutDomain) else _domain(layout)
     semantic = list(keys) if keys is not None else kernel.get_warmup_keys(**(config or {}))
     binaries = kernel.layouts.binary_keys(semantic, layout) if warmed is None else list(warmed)
     checked = []
@@ -118,6 +120,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
             except Exception:  # sizes that do not fit together, which the public function refuses
                 reject()
             assume(spec.key == key)
+            assume(all(spec.kwargs[name] in domain for name, domain in layout.values.items() if name in spec.kwargs))
             checked.append(1)
             if triton_lookup_key(kernel.kernel, kernel.triton_kwargs(spec)) not in lookup_keys:
                 binary = kernel.layouts.binary_key(spec)
@@ -127,6 +130,14 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
 
         a_drawn_launch_hits_a_warmed_binary()
     return len(checked)
+
+
+def _domain(document: dict) -> LayoutDomain:
+    """A manifest's ``{"unaligned": [...], "strided": [...], "values": {...}}`` as a ``LayoutDomain``."""
+    from jitkern.layouts.values import domain_of
+
+    return LayoutDomain(unaligned=frozenset(document.get("unaligned", ())), strided=frozenset(document.get("strided", ())),
+                        values={name: domain_of(value) for name, value in document.get("values", {}).items()})
 
 
 def _warmed_lookup_key(kernel: TritonJitKernel, binary: BinaryKey) -> str:
@@ -145,8 +156,10 @@ def _plan(kernel: TritonJitKernel, key: Any, layout: LayoutDomain) -> dict[str, 
         if isinstance(value, TritonWarmupTensor):
             strided = tuple(dim for dim in range(value.ndim) if layout.allows_any_stride(name, dim))
             fixed = tuple(dim for dim in range(value.ndim) if {name, f"{name}.{dim}"} & kernel.fixed_strides)
+            valued = tuple((dim, domain) for dim in range(value.ndim)
+                           if (domain := layout.stride_values(name, dim)) is not None)
             plan[name] = _TensorPlan(value, value.varying, strided, fixed, layout.allows_unaligned(name),
-                                     value.is_contiguous())
+                                     value.is_contiguous(), valued)
         elif name in takes and type(value) is not takes[name]:  # not isinstance: True is an int
             plan[name] = _PlainPlan(takes[name])
     if not any(isinstance(part, _TensorPlan) for part in plan.values()):
@@ -199,14 +212,31 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limi
     stride_values = st.sampled_from(_BOUNDARY_STRIDES + (_LARGE if large else [])) | st.integers(0, limit - 1)
     for dim in plan.strided_dims:
         strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim})")
+    for dim, domain in plan.valued_dims:
+        strides[dim] = data.draw(_values(domain, 0, limit - 1), label=f"{name}.stride({dim}) in {domain.describe()}")
+    declared = plan.strided_dims + plan.fixed_dims + tuple(dim for dim, _ in plan.valued_dims)
     for dim in range(len(shape)):  # a dimension of size 1 addresses alike whatever its stride
-        if shape[dim] == 1 and dim not in plan.strided_dims + plan.fixed_dims:
+        if shape[dim] == 1 and dim not in declared:
             strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim}) of size 1")
     assume(all(stride < limit for stride in strides))
     element = stand_in.dtype.itemsize
     offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else 0
     address = 16 * data.draw(st.integers(1, 2**36), label=f"{name} address / 16") + offset
     return DrawnTensor(stand_in.dtype, shape, strides, address)
+
+
+def _values(domain: ValueDomain, low: int, high: int) -> Any:
+    """The values of ``domain`` (a range's bounds left out: ``low``, ``high``), its witnesses of
+    each Triton class first among them."""
+    from hypothesis import strategies as st
+
+    if domain.values:
+        return st.sampled_from(domain.values)
+    low = max(low, domain.low) if domain.low is not None else low
+    high = min(high, domain.high) if domain.high is not None else high
+    step = domain.multiple_of
+    witnesses = [value for value in domain.witnesses(True) if low <= value <= high]
+    return st.sampled_from(witnesses) | st.integers(-(-low // step), high // step).map(lambda value: value * step)
 
 
 def _numel(shape) -> int:

@@ -21,6 +21,7 @@ MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").gl
 ROWS = {"unaligned": ["key", "z", "mean", "ring"], "strided": ["key.0", "z.0", "mean.0", "positions"]}
 WIDE_LAYOUTS = {
     "jitkern.example.axpy": {"unaligned": ["x", "y", "out"]},
+    "jitkern.example.grouped_gemm": {"unaligned": ["a", "b", "out"], "strided": ["a.0", "b.0", "b.1"]},
     "step5.update_decode": ROWS,
     "step5.prefill_summary": ROWS,
     "step5.update_verify": ROWS,

@@ -54,7 +54,7 @@ class OffsetKernel(TritonJitKernel["OffsetKernel.CompileKey"]):
         return dict(BLOCK=key.block)
 
     @kernel_launcher
-    def __call__(self, x, offset, block):
+    def __call__(self, x, offset: int, block: int):
         return LaunchSpec((1,), dict(X=x, offset=offset), self.dispatch(block=block))
 
 
@@ -115,7 +115,7 @@ class PairSumKernel(TritonJitKernel["PairSumKernel.CompileKey"]):
         return dict(BLOCK=key.block)
 
     @kernel_launcher
-    def __call__(self, a, b, out, block):
+    def __call__(self, a, b, out, block: int):
         return LaunchSpec((1,), dict(Pair=(a, b), Out=out), self.dispatch(block=block))
 
 
@@ -143,7 +143,7 @@ class UnspecialisedPointerKernel(OffsetKernel):
         return dict(x=TritonWarmupTensor(torch.float32, shape=(64,)), offset=0, block=key.block)
 
     @kernel_launcher
-    def __call__(self, x, offset, block):
+    def __call__(self, x, offset: int, block: int):
         return LaunchSpec((1,), dict(X=x), self.dispatch(block=block))
 
 

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 import deepseek_v4  # noqa: F401 - the kernel modules, imported once rather than per example
 import jitkern.examples.axpy  # noqa: F401
+import jitkern.examples.grouped_gemm  # noqa: F401
 import step5.ops.summary_update  # noqa: F401
 from jitkern.kernel import registry
 from jitkern.kernel import key_fields, key_name
@@ -42,7 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "warmup_manifests").glob("*.json"))
 DOCUMENTS = {path.name: json.loads(path.read_text()) for path in SHIPPED}
 KERNELS = {name: registry.get_kernel(name) for name in registry.kernel_names()}
-KERNEL_MODULES = ["deepseek_v4", "step5.ops.summary_update", "jitkern.examples.axpy"]
+KERNEL_MODULES = ["deepseek_v4", "step5.ops.summary_update", "jitkern.examples.axpy", "jitkern.examples.grouped_gemm"]
 
 pytestmark = pytest.mark.usefixtures("bounded_memory")  # tests/reliability/conftest.py
 

@@ -1,0 +1,283 @@
+"""A fused-MoE grouped GEMM: each token's rows times the weights of the experts it is routed to.
+
+``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]`` (the weight only when
+given), accumulated in float32, for activations ``a [M, K]`` and expert weights
+``b [E, N, K]``. The module keeps four things apart:
+
+- the ``@triton.jit`` body: one program per tile of ``BLOCK_M`` sorted (token, slot) pairs
+  by ``BLOCK_N`` columns, all pairs of a tile routed to one expert;
+- the host-side sorting (``sort_by_expert``): torch work that groups the pairs by expert
+  and pads each group to a multiple of ``BLOCK_M``, with no sync and no Python loop;
+- the kernel class (``GroupedGemmKernel``) and its tile table (``tile_for``);
+- the public function ``grouped_gemm``, which validates and launches.
+
+The reference, written from the formula above, is ``jitkern.examples.reference``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from jitkern import (Config, LaunchSpec, Tensor, TritonJitKernel, cdiv, computed, derived, dtype_of, kernel_launcher,
+                     launch_stride, public_call, size_of)
+from jitkern.kernel.validation import check_strides_below_i32, check_values_in, same_device
+
+@triton.jit(
+    do_not_specialize=["num_pairs"],  # M * top_k changes every batch: one binary for all
+    do_not_specialize_on_alignment=["TopkWeights", "SortedIds", "BlockExperts", "NumUsed"],  # gathers
+)
+def _grouped_gemm_kernel(
+    A, B, C, TopkWeights, SortedIds, BlockExperts, NumUsed,
+    N, K, num_pairs, a_row_stride, b_expert_stride, b_row_stride,
+    TOP_K: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # Pair p = token * TOP_K + slot; SortedIds holds pairs grouped by expert, each group padded
+    # with the id num_pairs to a multiple of BLOCK_M, so a block of BLOCK_M ids has one expert,
+    # BlockExperts[block]. Program (block, column tile): C[p, cols] = A[p // TOP_K] @ B[e, cols].T
+    # for each p of the block below num_pairs (C viewed [num_pairs, N]); padding reads and writes
+    # nothing. Programs go GROUP_M blocks down a column tile before the next (B's tile stays in L2).
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    blocks_m = tl.num_programs(0) // tiles_n
+    group = GROUP_M * tiles_n
+    first_m = (pid // group) * GROUP_M
+    rows_here = tl.minimum(blocks_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % rows_here
+    pid_n = (pid % group) // rows_here
+    if pid_m * BLOCK_M >= tl.load(NumUsed):  # past the padded groups: nothing to do
+        return
+    ids = tl.load(SortedIds + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    live = ids < num_pairs
+    expert = tl.load(BlockExperts + pid_m).to(tl.int64)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_ok = cols < N
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = A + (ids // TOP_K).to(tl.int64)[:, None] * a_row_stride + ks[None, :]
+    b_ptrs = B + expert * b_expert_stride + cols.to(tl.int64)[None, :] * b_row_stride + ks[:, None]  # [K, N]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = ks < K - step * BLOCK_K
+        a = tl.load(a_ptrs, mask=live[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    if MUL_ROUTED_WEIGHT:
+        acc = acc * tl.load(TopkWeights + ids, mask=live, other=0.0)[:, None]
+    c_ptrs = C + ids.to(tl.int64)[:, None] * N + cols[None, :]
+    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=live[:, None] & col_ok[None, :])
+
+
+# --- tiles: chosen from the batch size alone --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tile:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+# (first batch size, tile): a batch of M tokens takes the last row whose first size is <= M. A
+# small batch gives each expert few pairs: a small BLOCK_M wastes less on padding. An untuned
+# default for every GPU (M <= 16, <= 64, more); a later issue tunes it per GPU.
+TILES = (
+    (1, Tile(block_m=16, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+    (17, Tile(block_m=32, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+    (65, Tile(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
+)
+
+
+def tile_first(tokens: int) -> int:
+    """The first batch size of the tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
+    return [first for first, _ in TILES if first <= max(tokens, 1)][-1]
+
+
+def tile_for(tokens: int) -> Tile:
+    """The tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
+    return dict(TILES)[tile_first(tokens)]
+
+
+# --- the host-side sorting ---------------------------------------------------------------
+
+
+class ExpertBlocks(NamedTuple):
+    """The pairs grouped by expert, as the kernel reads them (all int32, on the ids' device)."""
+
+    sorted_ids: torch.Tensor  # [capacity]: pair ids token * top_k + slot, grouped by expert; padding: num_pairs
+    block_experts: torch.Tensor  # [capacity // block_m]: the expert of each block of ids; -1 past the used ones
+    num_used: torch.Tensor  # [1]: the ids in use, the padded groups' total (a tensor: reading it would sync)
+
+
+def padded_capacity(pairs: int, experts: int, block_m: int) -> int:
+    """Room for the padded groups of any routing of ``pairs`` pairs: each of at most
+    ``min(experts, pairs)`` non-empty groups adds at most ``block_m - 1`` padding ids, and
+    the total is a multiple of ``block_m``. The grid is sized by it, with no sync."""
+    return (pairs + min(experts, pairs) * (block_m - 1)) // block_m * block_m
+
+
+def sort_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> ExpertBlocks:
+    """Group the pairs of ``topk_ids [M, top_k]`` (values in ``[0, num_experts)``) by expert,
+    pair order kept within a group, each group padded to a multiple of ``block_m``.
+
+    A stable argsort orders the pairs by expert; a scatter-add counts each expert's pairs
+    (``torch.bincount`` would sync on CUDA to size its result); cumulative sums give each
+    group's start, unpadded and padded, so the pair at sorted position ``i`` goes to
+    ``padded_start[e] + i - start[e]``; a block's expert is the number of padded groups
+    ending at or before its first id (``searchsorted``). Every size is known from shapes.
+    """
+    flat = topk_ids.reshape(-1).long()
+    pairs, device = flat.numel(), flat.device
+    order = torch.argsort(flat, stable=True)
+    expert = flat[order]
+    counts = torch.zeros(num_experts, dtype=torch.long, device=device).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_end = torch.cumsum(padded, 0)
+    shift = (padded_end - padded) - (torch.cumsum(counts, 0) - counts)  # padded start - start, per expert
+    capacity = padded_capacity(pairs, num_experts, block_m)
+    sorted_ids = torch.full((capacity,), pairs, dtype=torch.int32, device=device)
+    sorted_ids[torch.arange(pairs, device=device) + shift[expert]] = order.to(torch.int32)
+    block_start = torch.arange(0, capacity, block_m, device=device)
+    num_used = padded_end[-1:]
+    block_experts = torch.where(block_start < num_used, torch.searchsorted(padded_end, block_start, right=True), -1)
+    return ExpertBlocks(sorted_ids, block_experts.to(torch.int32), num_used.to(torch.int32))
+
+
+# --- the kernel class --------------------------------------------------------------------
+
+
+def _max_tokens(value: int) -> str | None:
+    return None if value >= 1 else "must be positive"
+
+
+DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
+MAX_TOKENS = Config("max_tokens", int, check=_max_tokens,  # every batch size up to it: each tile's first stands in
+                    expand=lambda most: [first for first, _ in TILES if first <= most])
+
+
+def _size(name: str) -> Config:
+    return Config(name, int, check=lambda value: None if 1 <= value < 2**31 else "must be in [1, 2**31)")
+
+
+def _tile(field: str, constant: str) -> Any:
+    """A field of the key's tile (``TILES``), the constant it is."""
+    return derived(lambda batch: getattr(tile_for(batch), field), constexpr=constant if constant.isupper() else None,
+                   option=None if constant.isupper() else constant)
+
+
+class GroupedGemmKernel(TritonJitKernel):
+    name = "jitkern.example.grouped_gemm"
+    kernel = _grouped_gemm_kernel
+    pinned_by_key = frozenset({"N", "K"})
+    fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        dtype: str = dtype_of("a", warm=DTYPES)  # a, b and out
+        n: int = size_of("b", 1, warm=_size("n"))  # pinned: one class
+        k: int = size_of("a", 1, warm=_size("k"))
+        top_k: int = size_of("out", 1, constexpr="TOP_K", warm=_size("top_k"))
+        mul_routed_weight: bool = computed(lambda topk_weights: topk_weights is not None,
+                                           constexpr="MUL_ROUTED_WEIGHT", warm=[False, True])
+        batch: int = computed(lambda a: tile_first(a.shape[0]), warm=MAX_TOKENS)  # the first batch of a's tile
+        block_m: int = _tile("block_m", "BLOCK_M")
+        block_n: int = _tile("block_n", "BLOCK_N")
+        block_k: int = _tile("block_k", "BLOCK_K")
+        group_m: int = _tile("group_m", "GROUP_M")
+        num_warps: int = _tile("num_warps", "num_warps")
+        num_stages: int = _tile("num_stages", "num_stages")
+
+    stand_ins = dict(
+        a=Tensor(("batch", "k")), b=Tensor(("top_k", "n", "k"), "dtype", varying=()),  # top_k experts: any E will do
+        out=Tensor(("batch", "top_k", "n"), "dtype"),
+        sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
+        block_experts=Tensor((lambda key: _capacity(key) // key.block_m,), torch.int32),
+        num_used=Tensor((1,), torch.int32, varying=()),
+        topk_weights=lambda key: Tensor(("batch", "top_k"), torch.float32) if key.mul_routed_weight else None)
+
+    @kernel_launcher
+    def __call__(self, compile_key, a, b, out, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
+        """One program per (block of sorted ids, column tile). No checks: runs on stand-ins too."""
+        (tokens, k), n = a.shape, out.shape[2]
+        return LaunchSpec(
+            grid=(block_experts.shape[0] * cdiv(n, compile_key.block_n),),
+            kwargs=dict(A=a, B=b, C=out, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
+                        NumUsed=num_used, N=n, K=k, num_pairs=tokens * out.shape[1], a_row_stride=launch_stride(a, 0),
+                        b_expert_stride=launch_stride(b, 0), b_row_stride=launch_stride(b, 1)),
+            result=out)
+
+
+def _capacity(key: Any) -> int:
+    return padded_capacity(key.batch * key.top_k, key.top_k, key.block_m)
+
+
+# --- the public function -----------------------------------------------------------------
+
+
+@public_call
+def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``c [M, top_k, N]``: ``c[m, j] = a[m] @ b[topk_ids[m, j]].T``, times ``topk_weights[m, j]``
+    when given, accumulated in float32.
+
+    ``a``: float16 or bfloat16 ``[M, K]``, rows dense (any row stride); ``b``: ``[E, N, K]`` of
+    a's dtype, K dense; ``topk_ids``: int32 or int64 ``[M, top_k]``, values in ``[0, E)`` (checked
+    on the CPU only: on a GPU it would sync); ``topk_weights``: float32 ``[M, top_k]``, dense;
+    ``out``: a dense ``[M, top_k, N]`` tensor of a's dtype to write. Strides below 2**31.
+
+    The host-side sorting is torch work whose three results the launch takes; a
+    ``torch_step`` returns one tensor, so ``public_call`` does not plan this function and
+    every call runs in full.
+    """
+    _check(a, b, topk_ids, topk_weights, out)
+    tokens, top_k, n = a.shape[0], topk_ids.shape[1], b.shape[1]
+    c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
+    if tokens:
+        blocks = sort_by_expert(topk_ids, b.shape[0], tile_for(tokens).block_m)
+        GroupedGemmKernel()(a, b, c, *blocks, topk_weights)
+    return c
+
+
+def _check(a, b, topk_ids, topk_weights, out) -> None:
+    """``grouped_gemm``'s argument checks: shapes, dtypes, strides, devices (ids' values on the CPU)."""
+    for name, tensor, dims in (("a", a, 2), ("b", b, 3), ("topk_ids", topk_ids, 2),
+                               ("topk_weights", topk_weights, 2), ("out", out, 3)):
+        optional = tensor is None and name in ("topk_weights", "out")
+        if not optional and not (isinstance(tensor, torch.Tensor) and tensor.dim() == dims):
+            raise ValueError(f"{name}: expected a {dims}-D torch.Tensor, got {_describe(tensor)}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"a: dtype {a.dtype} not supported; use float16 or bfloat16")
+    (tokens, k), (experts, n, _), top_k = a.shape, b.shape, topk_ids.shape[1]
+    if b.dtype != a.dtype or b.shape[2] != k or experts == 0 or n == 0 or k == 0:
+        raise ValueError(f"b: expected {a.dtype} [E, N, K={k}] with E, N, K > 0, got {_describe(b)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.shape[0] != tokens or top_k == 0:
+        raise ValueError(f"topk_ids: expected int32 or int64 [M={tokens}, top_k > 0], got {_describe(topk_ids)}")
+    if topk_weights is not None and (topk_weights.dtype != torch.float32 or topk_weights.shape != topk_ids.shape
+                                     or not topk_weights.is_contiguous()):
+        raise ValueError(f"topk_weights: expected dense float32 {list(topk_ids.shape)}, got {_describe(topk_weights)}")
+    if out is not None and (out.dtype != a.dtype or out.shape != (tokens, top_k, n) or not out.is_contiguous()):
+        raise ValueError(f"out: expected dense {a.dtype} [{tokens}, {top_k}, {n}], got {_describe(out)}")
+    for name, tensor in (("a", a), ("b", b)):
+        if tensor.stride(-1) != 1 and k > 1:
+            raise ValueError(f"{name}: K must be dense (stride 1), got strides {tuple(tensor.stride())}")
+        check_strides_below_i32(name, tensor)
+    if padded_capacity(tokens * top_k, experts, tile_for(tokens).block_m) >= 2**31:
+        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
+    given = {name: t for name, t in (("topk_weights", topk_weights), ("out", out)) if t is not None}
+    if same_device(a=a, b=b, topk_ids=topk_ids, **given).type == "cpu":
+        check_values_in("topk_ids", topk_ids.reshape(-1), 0, experts)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {list(value.shape)} strides {list(value.stride())} on {value.device}"
+    return type(value).__name__
