@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys, launch_stride, public_call
+from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
+                     launch_stride, public_call)
 from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, runs_on_host, same_device, use_gdc
 from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
                                 ratio_geometry, resolve_pdl)
@@ -46,81 +47,43 @@ from deepseek_v4.kernels.compressor import compress_windows_kernel
 from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
 
-class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):
+def _tiling(field: str, constant: str) -> Any:
+    """A field of the key's tiling (``compressor_tiling``), the constant it is."""
+    return derived(lambda compress_ratio, head_dim: getattr(compressor_tiling(compress_ratio, head_dim), field),
+                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
+
+
+class CompressWindowsKernel(TritonJitKernel):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine
     kernel = compress_windows_kernel
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        compress_ratio: int
-        head_dim: int
-        block_size: int
-        dtype: str  # state_cache and out (float32; the public function checks)
-        block_table_dtype: str  # int32
-        positions_dtype: str  # int32 or int64: different binaries
-        req_indices_dtype: str
-        launch_pdl: bool
-        # the tiling (compressor_tiling): constexprs and launch option of the binary
-        scan: int
-        block_d: int
-        program_d: int
-        num_warps: int
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
+        head_dim: int = argument("head_dim", constexpr="HEAD_DIM")
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
+        dtype: str = dtype_of("state_cache")  # state_cache and out (float32; the public function checks)
+        block_table_dtype: str = dtype_of("block_table")  # int32
+        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
+        req_indices_dtype: str = dtype_of("req_indices")
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        scan: int = _tiling("scan", "SCAN")
+        block_d: int = _tiling("block_d", "BLOCK_D")
+        program_d: int = _tiling("program_d", "PROGRAM_D")
+        num_warps: int = _tiling("num_warps", "num_warps")
 
-    def dispatch(
-        self,
-        *,
-        compress_ratio: int,
-        head_dim: int,
-        block_size: int,
-        dtype: torch.dtype,
-        block_table_dtype: torch.dtype,
-        positions_dtype: torch.dtype,
-        req_indices_dtype: torch.dtype,
-        launch_pdl: bool = False,
-    ) -> CompileKey:
-        tiling = compressor_tiling(compress_ratio, head_dim)
-        return self.CompileKey(
-            compress_ratio=compress_ratio,
-            head_dim=head_dim,
-            block_size=block_size,
-            dtype=dtype_name(dtype),
-            block_table_dtype=dtype_name(block_table_dtype),
-            positions_dtype=dtype_name(positions_dtype),
-            req_indices_dtype=dtype_name(req_indices_dtype),
-            launch_pdl=launch_pdl,
-            scan=tiling.scan,
-            block_d=tiling.block_d,
-            program_d=tiling.program_d,
-            num_warps=tiling.num_warps,
-        )
-
-    def get_warmup_keys(
-        self,
-        *,
-        head_dim: int,
-        compress_ratio: int,
-        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-        launch_pdl: bool = False,
-    ) -> list[CompileKey]:
+    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
+                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+                        launch_pdl: bool = False) -> list[CompileKey]:
         """The keys of a deployment's geometry (spec table), for each index dtype pair."""
         geometry = RATIOS.get(compress_ratio)
         if head_dim <= 0 or geometry is None:
             return []
         dtypes = index_dtype_names(index_dtypes)
-        rows = keys.product(positions_dtype=dtypes, req_indices_dtype=dtypes)
-        return keys.unique_keys(
-            lambda **row: self.dispatch(
-                compress_ratio=compress_ratio,
-                head_dim=head_dim,
-                block_size=geometry.block_size,
-                dtype=FLOAT_DTYPE,
-                block_table_dtype=torch.int32,
-                launch_pdl=launch_pdl,
-                **row,
-            ),
-            rows,
-        )
+        return keys.unique_keys(self.dispatch, keys.product(
+            compress_ratio=[compress_ratio], head_dim=[head_dim], block_size=[geometry.block_size], dtype=[FLOAT_DTYPE],
+            block_table_dtype=[torch.int32], positions_dtype=dtypes, req_indices_dtype=dtypes, launch_pdl=[launch_pdl]))
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         """A dense cache ``[blocks, block_size, 2W]``, ``out`` ``[tokens, head_dim]`` as allocated
@@ -135,73 +98,31 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
             out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
-            compress_ratio=key.compress_ratio,
-            head_dim=key.head_dim,
-            block_size=key.block_size,
-            launch_pdl=key.launch_pdl,
-        )
+            compress_ratio=key.compress_ratio, head_dim=key.head_dim, block_size=key.block_size,
+            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         geometry = ratio_geometry(key.compress_ratio)
-        return dict(
-            HEAD_DIM=key.head_dim,
-            STATE_WIDTH=geometry.state_width(key.head_dim),
-            COMPRESS_RATIO=key.compress_ratio,
-            OVERLAP=geometry.overlap,
-            BLOCK_SIZE=key.block_size,
-            BLOCK_D=key.block_d,
-            PROGRAM_D=key.program_d,
-            SCAN=key.scan,
-            USE_GDC=use_gdc(key.launch_pdl),
-            num_warps=key.num_warps,
-            launch_pdl=key.launch_pdl,
-        )
+        return {**super().constants(key), "STATE_WIDTH": geometry.state_width(key.head_dim),
+                "OVERLAP": geometry.overlap, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(
-        self,
-        state_cache: torch.Tensor,
-        block_table: torch.Tensor,
-        positions: torch.Tensor,
-        req_indices: torch.Tensor,
-        out: torch.Tensor,
-        compress_ratio: int,
-        head_dim: int,
-        block_size: int,
-        launch_pdl: bool = False,
-    ) -> LaunchSpec:
+    def __call__(self, compile_key, state_cache: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor,
+                 req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
+                 launch_pdl: bool = False) -> LaunchSpec:
         """Programs over (token chunks, column groups); at ratio 4 one per token and the
         whole head. No checks here: it also runs on warmup stand-ins."""
-        key = self.dispatch(
-            compress_ratio=compress_ratio,
-            head_dim=head_dim,
-            block_size=block_size,
-            dtype=state_cache.dtype,
-            block_table_dtype=block_table.dtype,
-            positions_dtype=positions.dtype,
-            req_indices_dtype=req_indices.dtype,
-            launch_pdl=launch_pdl,
-        )
-        tokens = positions.shape[0]
-        n_chunks = chunk_count(tokens, 1 if key.scan == 1 else chunk_size(tokens, head_dim, key.scan, key.program_d))
+        tokens, scan, program_d = positions.shape[0], compile_key.scan, compile_key.program_d
+        n_chunks = chunk_count(tokens, 1 if scan == 1 else chunk_size(tokens, head_dim, scan, program_d))
         return LaunchSpec(
-            grid=chunk_grid(n_chunks, head_dim, key.program_d),
+            grid=chunk_grid(n_chunks, head_dim, program_d),
             kwargs=dict(
-                State_ptr=state_cache,
-                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
-                state_row_stride=launch_stride(state_cache, 1),
-                BlockTable_ptr=block_table,
-                block_table_row_stride=launch_stride(block_table, 0),
-                Positions_ptr=positions,
-                ReqIdx_ptr=req_indices,
-                Out_ptr=out,
-                out_row_stride=launch_stride(out, 0),  # one token: any stride
-                n_tokens=tokens,
-                n_chunks=n_chunks,
-            ),
-            key=key,
-            result=out,
-        )
+                State_ptr=state_cache, state_block_stride=launch_stride(state_cache, 0),  # one block: any stride
+                state_row_stride=launch_stride(state_cache, 1), BlockTable_ptr=block_table,
+                block_table_row_stride=launch_stride(block_table, 0), Positions_ptr=positions,
+                ReqIdx_ptr=req_indices, Out_ptr=out, out_row_stride=launch_stride(out, 0),  # one token: any stride
+                n_tokens=tokens, n_chunks=n_chunks),
+            result=out)
 
 
 @public_call

@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys, launch_stride,
-                     public_call)
-from jitkern.kernel.validation import dtype_name, runs_on_host, use_gdc
+from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, cdiv, derived, dtype_of, kernel_launcher,
+                     keys, launch_stride, public_call)
+from jitkern.kernel.validation import runs_on_host, use_gdc
 from deepseek_v4.common import FLOAT_DTYPE, RATIOS, index_dtype_names, ratio_geometry, resolve_pdl
 from deepseek_v4.compressor import check_compress_windows
 from deepseek_v4.kernels.decode_step import decode_step_kernel
@@ -42,84 +42,45 @@ from deepseek_v4.save_partial_states import check_save_partial_states
 from deepseek_v4.tiling import DECODE_MIN_PROGRAMS, chunk_grid, chunk_size, decode_tiling
 
 
-class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
+def _tiling(field: str, constant: str) -> Any:
+    """A field of the key's tiling (``decode_tiling``), the constant it is."""
+    return derived(lambda compress_ratio, head_dim: getattr(decode_tiling(compress_ratio, head_dim), field),
+                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
+
+
+class DecodeStepKernel(TritonJitKernel):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
     kernel = decode_step_kernel
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        compress_ratio: int
-        head_dim: int
-        block_size: int
-        dtype: str  # kv, score, ape, state_cache and out (float32; the public function checks)
-        block_table_dtype: str  # int32
-        positions_dtype: str  # int32 or int64: different binaries
-        slot_mapping_dtype: str
-        req_indices_dtype: str
-        launch_pdl: bool
-        # the tiling (decode_tiling): constexprs and launch option of the binary
-        scan: int
-        block_d: int
-        program_d: int
-        num_warps: int
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
+        head_dim: int = argument("head_dim", constexpr="HEAD_DIM")
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
+        dtype: str = dtype_of("state_cache")  # kv, score, ape, state_cache and out (float32; the public function checks)
+        block_table_dtype: str = dtype_of("block_table")  # int32
+        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
+        slot_mapping_dtype: str = dtype_of("slot_mapping")
+        req_indices_dtype: str = dtype_of("req_indices")
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        scan: int = _tiling("scan", "SCAN")
+        block_d: int = _tiling("block_d", "BLOCK_D")
+        program_d: int = _tiling("program_d", "PROGRAM_D")
+        num_warps: int = _tiling("num_warps", "num_warps")
 
-    def dispatch(
-        self,
-        *,
-        compress_ratio: int,
-        head_dim: int,
-        block_size: int,
-        dtype: torch.dtype,
-        block_table_dtype: torch.dtype,
-        positions_dtype: torch.dtype,
-        slot_mapping_dtype: torch.dtype,
-        req_indices_dtype: torch.dtype,
-        launch_pdl: bool = False,
-    ) -> CompileKey:
-        tiling = decode_tiling(compress_ratio, head_dim)
-        return self.CompileKey(
-            compress_ratio=compress_ratio,
-            head_dim=head_dim,
-            block_size=block_size,
-            dtype=dtype_name(dtype),
-            block_table_dtype=dtype_name(block_table_dtype),
-            positions_dtype=dtype_name(positions_dtype),
-            slot_mapping_dtype=dtype_name(slot_mapping_dtype),
-            req_indices_dtype=dtype_name(req_indices_dtype),
-            launch_pdl=launch_pdl,
-            scan=tiling.scan,
-            block_d=tiling.block_d,
-            program_d=tiling.program_d,
-            num_warps=tiling.num_warps,
-        )
-
-    def get_warmup_keys(
-        self,
-        *,
-        head_dim: int,
-        compress_ratio: int,
-        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-        launch_pdl: bool = False,
-    ) -> list[CompileKey]:
+    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
+                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+                        launch_pdl: bool = False) -> list[CompileKey]:
         """The keys of a deployment's geometry (spec table), for each triple of index dtypes."""
         geometry = RATIOS.get(compress_ratio)
         if head_dim <= 0 or geometry is None:
             return []
         dtypes = index_dtype_names(index_dtypes)
-        rows = keys.product(positions_dtype=dtypes, slot_mapping_dtype=dtypes, req_indices_dtype=dtypes)
-        return keys.unique_keys(
-            lambda **row: self.dispatch(
-                compress_ratio=compress_ratio,
-                head_dim=head_dim,
-                block_size=geometry.block_size,
-                dtype=FLOAT_DTYPE,
-                block_table_dtype=torch.int32,
-                launch_pdl=launch_pdl,
-                **row,
-            ),
-            rows,
-        )
+        return keys.unique_keys(self.dispatch, keys.product(
+            compress_ratio=[compress_ratio], head_dim=[head_dim], block_size=[geometry.block_size], dtype=[FLOAT_DTYPE],
+            block_table_dtype=[torch.int32], positions_dtype=dtypes, slot_mapping_dtype=dtypes,
+            req_indices_dtype=dtypes, launch_pdl=[launch_pdl]))
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         """The store's and the compressor's usual layouts: ``kv`` and ``score`` views of one
@@ -138,85 +99,34 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
             req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
             out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
-            compress_ratio=key.compress_ratio,
-            head_dim=key.head_dim,
-            block_size=key.block_size,
-            launch_pdl=key.launch_pdl,
-        )
+            compress_ratio=key.compress_ratio, head_dim=key.head_dim, block_size=key.block_size,
+            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         geometry = ratio_geometry(key.compress_ratio)
-        return dict(
-            HEAD_DIM=key.head_dim,
-            STATE_WIDTH=geometry.state_width(key.head_dim),
-            COMPRESS_RATIO=key.compress_ratio,
-            OVERLAP=geometry.overlap,
-            BLOCK_SIZE=key.block_size,
-            BLOCK_D=key.block_d,
-            PROGRAM_D=key.program_d,
-            SCAN=key.scan,
-            USE_GDC=use_gdc(key.launch_pdl),
-            num_warps=key.num_warps,
-            launch_pdl=key.launch_pdl,
-        )
+        return {**super().constants(key), "STATE_WIDTH": geometry.state_width(key.head_dim),
+                "OVERLAP": geometry.overlap, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(
-        self,
-        kv: torch.Tensor,
-        score: torch.Tensor,
-        ape: torch.Tensor,
-        positions: torch.Tensor,
-        state_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_table: torch.Tensor,
-        req_indices: torch.Tensor,
-        out: torch.Tensor,
-        compress_ratio: int,
-        head_dim: int,
-        block_size: int,
-        launch_pdl: bool = False,
-    ) -> LaunchSpec:
+    def __call__(self, compile_key, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
+                 state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
+                 req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
+                 launch_pdl: bool = False) -> LaunchSpec:
         """A program per (token chunk, column group); at ratio 4 a chunk is a token. No checks
         here: it also runs on warmup stand-ins."""
-        key = self.dispatch(
-            compress_ratio=compress_ratio,
-            head_dim=head_dim,
-            block_size=block_size,
-            dtype=state_cache.dtype,
-            block_table_dtype=block_table.dtype,
-            positions_dtype=positions.dtype,
-            slot_mapping_dtype=slot_mapping.dtype,
-            req_indices_dtype=req_indices.dtype,
-            launch_pdl=launch_pdl,
-        )
-        tokens = positions.shape[0]
-        n_chunks = cdiv(tokens, chunk_size(tokens, head_dim, key.scan, key.program_d, DECODE_MIN_PROGRAMS))
+        tokens, program_d = positions.shape[0], compile_key.program_d
+        n_chunks = cdiv(tokens, chunk_size(tokens, head_dim, compile_key.scan, program_d, DECODE_MIN_PROGRAMS))
         return LaunchSpec(
-            grid=chunk_grid(n_chunks, head_dim, key.program_d),
+            grid=chunk_grid(n_chunks, head_dim, program_d),
             kwargs=dict(
-                KV_ptr=kv,
-                kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
-                Score_ptr=score,
-                score_row_stride=launch_stride(score, 0, usual=2 * score.shape[1]),
-                Ape_ptr=ape,
-                ape_row_stride=ape.stride(0),
-                Positions_ptr=positions,
-                Slot_ptr=slot_mapping,
-                State_ptr=state_cache,
-                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
-                state_row_stride=launch_stride(state_cache, 1),
-                BlockTable_ptr=block_table,
-                block_table_row_stride=launch_stride(block_table, 0),
-                ReqIdx_ptr=req_indices,
-                Out_ptr=out,
-                out_row_stride=launch_stride(out, 0),
-                n_tokens=tokens,
-                n_chunks=n_chunks,
-            ),
-            key=key,
-            result=out,
-        )
+                KV_ptr=kv, kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
+                Score_ptr=score, score_row_stride=launch_stride(score, 0, usual=2 * score.shape[1]),
+                Ape_ptr=ape, ape_row_stride=ape.stride(0), Positions_ptr=positions, Slot_ptr=slot_mapping,
+                State_ptr=state_cache, state_block_stride=launch_stride(state_cache, 0),  # one block: any stride
+                state_row_stride=launch_stride(state_cache, 1), BlockTable_ptr=block_table,
+                block_table_row_stride=launch_stride(block_table, 0), ReqIdx_ptr=req_indices, Out_ptr=out,
+                out_row_stride=launch_stride(out, 0), n_tokens=tokens, n_chunks=n_chunks),
+            result=out)
 
 
 @public_call

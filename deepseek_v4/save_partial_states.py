@@ -14,95 +14,56 @@ from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys, launch_stride, public_call
-from jitkern.kernel.validation import check_int, dtype_name, first_outside, runs_on_host, same_device, use_gdc
+from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
+                     launch_stride, public_call, size_of)
+from jitkern.kernel.validation import check_int, first_outside, runs_on_host, same_device, use_gdc
 from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
                                 ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
 
 
-class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):
+def _tiling(field: str, constant: str) -> Any:
+    """A field of the key's store tiling (``store_tiling``, from the head size), the constant it is."""
+    return derived(lambda head_size: getattr(store_tiling(head_size), field),
+                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
+
+
+class SavePartialStatesKernel(TritonJitKernel):
     name = "deepseek_v4.save_partial_states"
     kernel = save_partial_states_kernel
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        head_size: int  # H = kv.shape[-1]
-        state_width: int
-        compress_ratio: int
-        block_size: int
-        dtype: str  # kv, score, ape and state_cache (float32; the public function checks)
-        positions_dtype: str  # int32 or int64: different binaries
-        slot_mapping_dtype: str
-        launch_pdl: bool
-        # the tiling (store_tiling, from head_size): constexprs and launch option of the binary
-        tokens: int
-        block_h: int
-        num_warps: int
+        head_size: int = size_of("kv", -1, constexpr="HEAD_SIZE")  # H
+        state_width: int = argument("state_width", constexpr="STATE_WIDTH")
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
+        dtype: str = dtype_of("kv")  # kv, score, ape and state_cache (float32; the public function checks)
+        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
+        slot_mapping_dtype: str = dtype_of("slot_mapping")
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        tokens: int = _tiling("tokens", "TOKENS")
+        block_h: int = _tiling("block_h", "BLOCK_H")
+        num_warps: int = _tiling("num_warps", "num_warps")
 
-    def dispatch(
-        self,
-        *,
-        head_size: int,
-        state_width: int,
-        compress_ratio: int,
-        block_size: int,
-        dtype: torch.dtype,
-        positions_dtype: torch.dtype,
-        slot_mapping_dtype: torch.dtype,
-        launch_pdl: bool = False,
-    ) -> CompileKey:
-        tiling = store_tiling(head_size)
-        return self.CompileKey(
-            head_size=head_size,
-            state_width=state_width,
-            compress_ratio=compress_ratio,
-            block_size=block_size,
-            dtype=dtype_name(dtype),
-            positions_dtype=dtype_name(positions_dtype),
-            slot_mapping_dtype=dtype_name(slot_mapping_dtype),
-            launch_pdl=launch_pdl,
-            tokens=tiling.tokens,
-            block_h=tiling.block_h,
-            num_warps=tiling.num_warps,
-        )
-
-    def get_warmup_keys(
-        self,
-        *,
-        head_dim: int,
-        compress_ratio: int,
-        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-        launch_pdl: bool = False,
-    ) -> list[CompileKey]:
+    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
+                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
+                        launch_pdl: bool = False) -> list[CompileKey]:
         """The keys of a deployment's geometry (spec table), for each index dtype pair.
         ``launch_pdl``: the deployment launches with PDL (Hopper and newer)."""
         geometry = RATIOS.get(compress_ratio)
         if head_dim <= 0 or geometry is None:
             return []
-        width = geometry.state_width(head_dim)
-        rows = keys.product(
-            positions_dtype=index_dtype_names(index_dtypes), slot_mapping_dtype=index_dtype_names(index_dtypes)
-        )
-        return keys.unique_keys(
-            lambda **row: self.dispatch(
-                head_size=width,
-                state_width=width,
-                compress_ratio=compress_ratio,
-                block_size=geometry.block_size,
-                dtype=FLOAT_DTYPE,
-                launch_pdl=launch_pdl,
-                **row,
-            ),
-            rows,
-        )
+        width, dtypes = geometry.state_width(head_dim), index_dtype_names(index_dtypes)
+        return keys.unique_keys(self.dispatch, keys.product(
+            head_size=[width], state_width=[width], compress_ratio=[compress_ratio], block_size=[geometry.block_size],
+            dtype=[FLOAT_DTYPE], positions_dtype=dtypes, slot_mapping_dtype=dtypes, launch_pdl=[launch_pdl]))
 
     def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
         """The deployment's usual layout: ``kv`` and ``score`` views of one ``[tokens, 2H]``
         projection (score at column H: 16-byte aligned when 4H is), a dense cache."""
-        dtype = getattr(torch, key.dtype)
-        h = key.head_size
+        dtype, h = getattr(torch, key.dtype), key.head_size
         return dict(
             kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1)),
             score=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1), aligned=(4 * h) % 16 == 0),
@@ -110,71 +71,28 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
             positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
             state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, key.state_width + h)),
             slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
-            block_size=key.block_size,
-            state_width=key.state_width,
-            compress_ratio=key.compress_ratio,
-            launch_pdl=key.launch_pdl,
-        )
+            block_size=key.block_size, state_width=key.state_width, compress_ratio=key.compress_ratio,
+            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(
-            HEAD_SIZE=key.head_size,
-            STATE_WIDTH=key.state_width,
-            COMPRESS_RATIO=key.compress_ratio,
-            BLOCK_SIZE=key.block_size,
-            TOKENS=key.tokens,
-            BLOCK_H=key.block_h,
-            USE_GDC=use_gdc(key.launch_pdl),
-            num_warps=key.num_warps,
-            launch_pdl=key.launch_pdl,
-        )
+        return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(
-        self,
-        kv: torch.Tensor,
-        score: torch.Tensor,
-        ape: torch.Tensor,
-        positions: torch.Tensor,
-        state_cache: torch.Tensor,
-        slot_mapping: torch.Tensor,
-        block_size: int,
-        state_width: int,
-        compress_ratio: int,
-        launch_pdl: bool = False,
-    ) -> LaunchSpec:
+    def __call__(self, compile_key, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
+                 state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_size: int, state_width: int,
+                 compress_ratio: int, launch_pdl: bool = False) -> LaunchSpec:
         """Programs over (token groups, column groups). No checks here: it also runs on
         warmup stand-ins."""
-        key = self.dispatch(
-            head_size=kv.shape[-1],
-            state_width=state_width,
-            compress_ratio=compress_ratio,
-            block_size=block_size,
-            dtype=kv.dtype,
-            positions_dtype=positions.dtype,
-            slot_mapping_dtype=slot_mapping.dtype,
-            launch_pdl=launch_pdl,
-        )
         tokens = slot_mapping.shape[0]
         return LaunchSpec(
-            grid=store_grid(tokens, key.head_size, key.tokens, key.block_h),
+            grid=store_grid(tokens, compile_key.head_size, compile_key.tokens, compile_key.block_h),
             kwargs=dict(
-                KV_ptr=kv,
-                kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
-                Score_ptr=score,
-                score_row_stride=launch_stride(score, 0, usual=2 * score.shape[1]),
-                Ape_ptr=ape,
-                ape_row_stride=ape.stride(0),
-                Positions_ptr=positions,
-                State_ptr=state_cache,
-                state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
-                state_row_stride=launch_stride(state_cache, 1),
-                Slot_ptr=slot_mapping,
-                n_tokens=tokens,
-            ),
-            key=key,
-            result=state_cache,
-        )
+                KV_ptr=kv, kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
+                Score_ptr=score, score_row_stride=launch_stride(score, 0, usual=2 * score.shape[1]),
+                Ape_ptr=ape, ape_row_stride=ape.stride(0), Positions_ptr=positions,
+                State_ptr=state_cache, state_block_stride=launch_stride(state_cache, 0),  # one block: any stride
+                state_row_stride=launch_stride(state_cache, 1), Slot_ptr=slot_mapping, n_tokens=tokens),
+            result=state_cache)
 
 
 @public_call

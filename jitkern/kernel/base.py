@@ -169,6 +169,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     fixed_strides: ClassVar[frozenset[str]] = frozenset()
     """Strides the public function fixes, of a tensor (``"ring"``) or one dimension (``"mean.1"``):
     a layout cannot list them as strided."""
+    check_config: ClassVar[Callable[..., None] | None] = None
+    """A check of a deployment's whole config (``Config`` values that must agree), run by the
+    declared ``get_warmup_keys`` before it enumerates; it raises ``ValueError`` naming the field."""
     stand_ins: ClassVar[dict[str, Any]] = {}
     """The usual stand-in of ``__call__``'s arguments the key does not give: a ``Tensor`` per
     tensor, a value per plain argument; ``warmup_inputs`` is made of them."""
@@ -323,7 +326,7 @@ def _names(cls: type, attribute: str) -> frozenset[str]:
     if isinstance(value, str) or not isinstance(value, Iterable) or not all(isinstance(n, str) for n in value):
         raise DeclarationError(f"{at} = {value!r}: expected names (a set, list or tuple of strings)")
     names = frozenset(value)
-    if attribute in cls.__dict__ and not cls.__module__.startswith('step5'):  # TEMP until the step5 port
+    if attribute in cls.__dict__:
         build = getattr(cls.__dict__.get("__call__"), "launch_spec", None) or getattr(cls, "_build_launch_spec", None)
         kernel = getattr(cls, "kernel", None)
         if attribute == "pinned_by_key":

@@ -294,7 +294,11 @@ class Declaration:
             if unknown or missing:
                 raise TypeError(f"{kernel.name}.get_warmup_keys: " + "; ".join(
                     ([f"unknown {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])))
-            return self.warmup_keys({**defaults, **config})
+            config = {**defaults, **config}
+            check = type(kernel).check_config  # read on the class: a plain function, not a method
+            if check is not None:  # what the parameters must say together
+                check(**config)
+            return self.warmup_keys(config)
 
         parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         for config in configs:
@@ -353,7 +357,7 @@ def _stand_in(spec: Tensor, key: Any, dtype_name: str | None, sizes: dict[int, i
         dtype = getattr(key, dtype) if dtype in {f.name for f in dataclasses.fields(key)} else dtype
         dtype = getattr(torch, dtype)
     if dtype is None:
-        raise DeclarationError(f"a Tensor stand-in with no dtype: give Tensor(dtype=...) or a dtype_of field")
+        raise DeclarationError("a Tensor stand-in with no dtype: give Tensor(dtype=...) or a dtype_of field")
     shape = [getattr(key, size) if isinstance(size, str) else size(key) if callable(size) else size
              for size in spec.shape]
     for dim, size in sizes.items():

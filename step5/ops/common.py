@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from jitkern import TritonWarmupTensor, launch_stride, targets
+from jitkern import Config, Tensor, launch_stride, targets
 from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME
 from step5.ops.validate import check_mean
 
@@ -23,16 +23,32 @@ NUM_WARPS = 1  # DESIGN.md: one warp per region ran at 0.82 of copy bandwidth, 4
 PREFILL_MAXNREG = 128
 _HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
 
-# What the public functions fix (``validate``): index tensors and the ring contiguous, mean's
-# inner dimensions dense. A deployment's layout may vary everything else: key, z and mean
-# at any element offset, their other strides.
-FIXED_STRIDES = frozenset({"ring", "mean.1", "mean.2", "slots", "ring_base", "ring_slots", "owners",
-                           "query_start_loc", "seq_lens", "groups", "metadata"})
+# The parameters of a manifest's Step5 config (``check_deployment`` checks them together).
+BLOCK_SIZE = Config("block_size", int)
+RING_CAPACITY = Config("ring_capacity", int)
+DRAFT_TOKENS = Config("draft_tokens", int, expand=lambda draft_tokens: [1 + draft_tokens])  # q = 1 + k
+PDL_CHOICES = Config("launch_pdl", list[bool], default=[False, True])
 
 
-def row_stand_ins():
-    """Stand-in key and z: contiguous bf16 ``[tokens, 1, 256]`` rows."""
-    return TritonWarmupTensor(torch.bfloat16, (16, 1, 256)), TritonWarmupTensor(torch.bfloat16, (16, 1, 256))
+def index_dtypes(name: str, default: str) -> Config:
+    """A config parameter listing index dtypes by name (``["int32", "int64"]``)."""
+    return Config(name, list[str], default=[default], choices=tuple(INDEX_DTYPES_BY_NAME))
+
+
+SLOT_DTYPES = index_dtypes("slot_dtypes", "int64")
+POSITION_DTYPES = index_dtypes("position_dtypes", "int64")
+OWNER_DTYPES = index_dtypes("owner_dtypes", "int32")
+QUERY_START_LOC_DTYPES = index_dtypes("query_start_loc_dtypes", "int32")
+SEQ_LENS_DTYPES = index_dtypes("seq_lens_dtypes", "int32")
+RING_INDEX_DTYPES = index_dtypes("ring_index_dtypes", "int32")
+
+# The usual stand-ins: contiguous bf16 [tokens, 1, 256] key and z rows, index tensors of
+# their key's dtypes, a summary cache of the key's block size, a ring, prefill metadata.
+ROWS = dict(key=Tensor((16, 1, 256), torch.bfloat16), z=Tensor((16, 1, 256), torch.bfloat16))
+INDEX = Tensor((16,))
+MEAN = Tensor((16, lambda key: key.block_size // 8, 256), torch.uint8)
+RING = Tensor((64, 512), torch.bfloat16)
+METADATA = Tensor((16, 3), torch.int32)
 
 
 def stride_kwargs(key=None, z=None, positions=None, mean=None) -> dict[str, int]:
@@ -51,22 +67,10 @@ def stride_kwargs(key=None, z=None, positions=None, mean=None) -> dict[str, int]
     return strides
 
 
-def mean_stand_in(block_size: int):
-    return TritonWarmupTensor(torch.uint8, (16, block_size // 8, 256))
-
-
-def ring_stand_in():
-    return TritonWarmupTensor(torch.bfloat16, (64, 512))
-
-
-def index_stand_in(dtype_name: str, shape=(16,), varying=(0,)):
-    return TritonWarmupTensor(INDEX_DTYPES_BY_NAME[dtype_name], shape, varying=varying)
-
-
 def check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0,
-                     **index_dtypes: list[str]) -> None:
+                     **index_dtypes: Any) -> None:
     """A manifest config that describes a real deployment: checked when the manifest loads,
-    not when its keys fail to compile."""
+    not when its keys fail to compile (each kernel's ``check_config``)."""
     if block_size <= 0 or block_size % 8:
         raise ValueError(f"block_size: {block_size} is not a positive multiple of 8")
     if draft_tokens < 0:
@@ -74,6 +78,8 @@ def check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_token
     if ring_capacity < 7 + draft_tokens:
         raise ValueError(f"ring_capacity: {ring_capacity} is less than 7 + {draft_tokens} (draft tokens)")
     for name, dtypes in index_dtypes.items():
+        if not name.endswith("_dtypes"):
+            continue  # another parameter (launch_pdl)
         unknown = sorted(set(dtypes) - set(INDEX_DTYPES_BY_NAME))
         if unknown:
             raise ValueError(f"{name}: {unknown} not supported; use {sorted(INDEX_DTYPES_BY_NAME)}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys, public_call
-from jitkern.kernel.validation import dtype_name, runs_on_host, same_device
-from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, check_deployment, index_stand_in, mean_stand_in, ring_stand_in,
-                              row_stand_ins, stride_kwargs, target_paths)
+from jitkern import LaunchSpec, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
+from jitkern.kernel.validation import runs_on_host, same_device
+from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
+                              RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, check_deployment, stride_kwargs, target_paths)
 from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_index, check_mean, check_ring, check_rows
 
@@ -25,67 +25,33 @@ from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_index, che
 _DECODE_MAXNREG = 200
 
 
-class UpdateDecodeKernel(TritonJitKernel["UpdateDecodeKernel.CompileKey"]):
+class UpdateDecodeKernel(TritonJitKernel):
     name = "step5.update_decode"
     kernel = update_decode_kernel
     compile_cost = 0.6  # seconds a key on our CPU machine
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"ring", "mean.1", "mean.2", "slots", "ring_base"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(**ROWS, slots=INDEX, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        block_size: int
-        ring_capacity: int
-        slots_dtype: str
-        positions_dtype: str
-        ring_base_dtype: str
-        num_warps: int = NUM_WARPS
-
-    def dispatch(self, *, slots_dtype, positions_dtype, ring_base_dtype, block_size, ring_capacity) -> CompileKey:
-        return self.CompileKey(
-            block_size=block_size, ring_capacity=ring_capacity, slots_dtype=dtype_name(slots_dtype),
-            positions_dtype=dtype_name(positions_dtype), ring_base_dtype=dtype_name(ring_base_dtype),
-        )
-
-    def get_warmup_keys(
-        self, *, block_size: int, ring_capacity: int, slot_dtypes: list[str] = ["int64"],
-        position_dtypes: list[str] = ["int64"], ring_index_dtypes: list[str] = ["int32"],
-    ) -> list[CompileKey]:
-        """One key per index-dtype combination."""
-        check_deployment(block_size=block_size, ring_capacity=ring_capacity, slot_dtypes=slot_dtypes,
-                         position_dtypes=position_dtypes, ring_index_dtypes=ring_index_dtypes)
-        rows = keys.product(slots_dtype=slot_dtypes, positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes)
-        return keys.unique_keys(
-            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, **row), rows,
-        )
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = row_stand_ins()
-        return dict(
-            key=k, z=z, slots=index_stand_in(key.slots_dtype), positions=index_stand_in(key.positions_dtype),
-            ring_base=index_stand_in(key.ring_base_dtype), mean=mean_stand_in(key.block_size), ring=ring_stand_in(),
-            capacity=key.ring_capacity,
-        )
+        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+        slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
+        positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
+        ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
+        num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=key.num_warps,
-                    enable_fp_fusion=False, maxnreg=_DECODE_MAXNREG, **target_paths(key.num_warps))
+        return {**super().constants(key), "enable_fp_fusion": False, "maxnreg": _DECODE_MAXNREG,
+                **target_paths(key.num_warps)}
 
     @kernel_launcher
-    def __call__(self, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
-        block_size = mean.shape[1] * 8
-        return LaunchSpec(
-            grid=(slots.shape[0],),
-            kwargs=dict(
-                Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
-                **stride_kwargs(key=key, z=z,
-                                positions=positions, mean=mean),
-            ),
-            key=self.dispatch(
-                slots_dtype=slots.dtype, positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype,
-                block_size=block_size, ring_capacity=capacity,
-            ),
-        )
+    def __call__(self, compile_key, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
+        return LaunchSpec(grid=(slots.shape[0],), kwargs=dict(
+            Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
+            **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
 @public_call

@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, TritonJitKernel, cdiv, kernel_launcher, keys, public_call, torch_step
-from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME, dtype_name, runs_on_host, same_device
+from jitkern import (LaunchSpec, TritonJitKernel, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
+                     public_call, torch_step)
+from jitkern.kernel.validation import runs_on_host, same_device
 from step5.ops import prefill_fused
-from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, PREFILL_MAXNREG, check_deployment, index_stand_in,
-                              mean_stand_in, prefill_metadata_geometry, ring_stand_in, row_stand_ins, stride_kwargs,
-                              target_paths)
+from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES,
+                              PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
+                              SLOT_DTYPES, check_deployment, prefill_metadata_geometry, stride_kwargs, target_paths)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
 from step5.ops.validate import (SIZE_LIMIT, check_build_values, check_index, check_mean, check_out,
                                 check_prefill_values, check_ring, check_rows)
@@ -39,52 +40,27 @@ def one_program(tokens: int, rows: int) -> bool:
     return tokens <= _GROUP_BUILD_TOKENS and rows <= _GROUP_FILL_ROWS
 
 
-class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.CompileKey"]):
+class BuildPrefillGroupsKernel(TritonJitKernel):
     name = "step5.build_prefill_groups"
     kernel = build_prefill_groups_kernel
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
 
-    @dataclass(frozen=True)
-    class CompileKey:
-        slots_dtype: str
-        positions_dtype: str
-        owners_dtype: str
-        query_start_loc_dtype: str
-        num_warps: int = 4
-
-    def dispatch(self, *, slots_dtype, positions_dtype, owners_dtype, query_start_loc_dtype) -> CompileKey:
-        return self.CompileKey(
-            slots_dtype=dtype_name(slots_dtype), positions_dtype=dtype_name(positions_dtype),
-            owners_dtype=dtype_name(owners_dtype), query_start_loc_dtype=dtype_name(query_start_loc_dtype),
-        )
-
-    def get_warmup_keys(
-        self, *, slot_dtypes: list[str] = ["int64"], position_dtypes: list[str] = ["int64"],
-        owner_dtypes: list[str] = ["int32"], query_start_loc_dtypes: list[str] = ["int32"],
-    ) -> list[CompileKey]:
-        """Sizes and the positions stride are not specialised: only index dtypes select a binary."""
-        check_deployment(slot_dtypes=slot_dtypes, position_dtypes=position_dtypes, owner_dtypes=owner_dtypes,
-                         query_start_loc_dtypes=query_start_loc_dtypes)
-        rows = keys.product(
-            slots_dtype=slot_dtypes, positions_dtype=position_dtypes, owners_dtype=owner_dtypes,
-            query_start_loc_dtype=query_start_loc_dtypes,
-        )
-        return keys.unique_keys(
-            lambda **row: self.dispatch(**{k: INDEX_DTYPES_BY_NAME[v] for k, v in row.items()}), rows)
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        return dict(
-            slots=index_stand_in(key.slots_dtype), positions=index_stand_in(key.positions_dtype),
-            owners=index_stand_in(key.owners_dtype), query_start_loc=index_stand_in(key.query_start_loc_dtype),
-            groups=index_stand_in("int32", (16, 3)),
-        )
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:  # sizes and the positions stride are not specialised: only index dtypes select a binary
+        slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
+        positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
+        owners_dtype: str = dtype_of("owners", warm=OWNER_DTYPES)
+        query_start_loc_dtype: str = dtype_of("query_start_loc", warm=QUERY_START_LOC_DTYPES)
+        num_warps: int = fixed(4, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK=_GROUP_BUILD_TOKENS, FILL_ROWS=_GROUP_FILL_ROWS, num_warps=4)
+        return {**super().constants(key), "BLOCK": _GROUP_BUILD_TOKENS, "FILL_ROWS": _GROUP_FILL_ROWS}
 
     @kernel_launcher
-    def __call__(self, slots, positions, owners, query_start_loc, groups, fill: bool = False) -> LaunchSpec:
+    def __call__(self, compile_key, slots, positions, owners, query_start_loc, groups, fill: bool = False) -> LaunchSpec:
         """``fill``: one program writes every row of ``groups``, -1 first (``one_program``
         steps); else ``groups`` must hold -1 already."""
         n_tokens = slots.shape[0]
@@ -94,125 +70,65 @@ class BuildPrefillGroupsKernel(TritonJitKernel["BuildPrefillGroupsKernel.Compile
                              f"rows, got {n_tokens} and {groups.shape[0]}")
         return LaunchSpec(
             grid=(1,) if fill else (cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
-            kwargs=dict(
-                Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
-                n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
-                positions_stride=positions.stride(0), fill_rows=groups.shape[0] if fill else 0,
-            ),
-            key=self.dispatch(
-                slots_dtype=slots.dtype, positions_dtype=positions.dtype, owners_dtype=owners.dtype,
-                query_start_loc_dtype=query_start_loc.dtype,
-            ),
-            result=groups,
-        )
+            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
+                        n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
+                        positions_stride=positions.stride(0), fill_rows=groups.shape[0] if fill else 0),
+            result=groups)
 
 
 # --- prefill, step 2: one program per closed region ---------------------------------------
 
 
-class PrefillSummaryKernel(TritonJitKernel["PrefillSummaryKernel.CompileKey"]):
+class PrefillSummaryKernel(TritonJitKernel):
     name = "step5.prefill_summary"
     kernel = prefill_summary_kernel
     compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        block_size: int
-        ring_capacity: int
-        positions_dtype: str
-        ring_base_dtype: str
-        num_warps: int = NUM_WARPS
-
-    def dispatch(self, *, positions_dtype, ring_base_dtype, block_size, ring_capacity) -> CompileKey:
-        return self.CompileKey(
-            block_size=block_size, ring_capacity=ring_capacity, positions_dtype=dtype_name(positions_dtype),
-            ring_base_dtype=dtype_name(ring_base_dtype),
-        )
-
-    def get_warmup_keys(
-        self, *, block_size: int, ring_capacity: int, position_dtypes: list[str] = ["int64"],
-        ring_index_dtypes: list[str] = ["int32"],
-    ) -> list[CompileKey]:
-        check_deployment(block_size=block_size, ring_capacity=ring_capacity, position_dtypes=position_dtypes,
-                         ring_index_dtypes=ring_index_dtypes)
-        rows = keys.product(positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes)
-        return keys.unique_keys(
-            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, **row), rows,
-        )
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = row_stand_ins()
-        return dict(
-            key=k, z=z, groups=index_stand_in("int32", (16, 3)), positions=index_stand_in(key.positions_dtype),
-            ring_base=index_stand_in(key.ring_base_dtype), mean=mean_stand_in(key.block_size), ring=ring_stand_in(),
-            capacity=key.ring_capacity,
-        )
+        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+        positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
+        ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
+        num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, num_warps=key.num_warps,
-                    enable_fp_fusion=False, maxnreg=PREFILL_MAXNREG, **target_paths(key.num_warps))
+        return {**super().constants(key), "enable_fp_fusion": False, "maxnreg": PREFILL_MAXNREG,
+                **target_paths(key.num_warps)}
 
     @kernel_launcher
-    def __call__(self, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
-        block_size = mean.shape[1] * 8
+    def __call__(self, compile_key, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
         n_groups, _ = prefill_metadata_geometry(key.shape[0], groups.shape[0])
-        return LaunchSpec(
-            grid=(n_groups,),
-            kwargs=dict(
-                Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
-                **stride_kwargs(key=key, z=z,
-                                positions=positions, mean=mean),
-            ),
-            key=self.dispatch(
-                positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, block_size=block_size,
-                ring_capacity=capacity,
-            ),
-        )
+        return LaunchSpec(grid=(n_groups,), kwargs=dict(
+            Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
+            **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
 # --- prefill, step 3: store the rows of regions still open --------------------------------
 
 
-class WriteRingKernel(TritonJitKernel["WriteRingKernel.CompileKey"]):
+class WriteRingKernel(TritonJitKernel):
     name = "step5.write_ring"
     kernel = write_ring_kernel
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"ring", "metadata", "ring_slots"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(**ROWS, metadata=METADATA, ring_slots=INDEX, ring=RING)
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        ring_slots_dtype: str
-        num_warps: int = 1
-
-    def dispatch(self, *, ring_slots_dtype) -> CompileKey:
-        return self.CompileKey(ring_slots_dtype=dtype_name(ring_slots_dtype))
-
-    def get_warmup_keys(self, *, ring_index_dtypes: list[str] = ["int32"]) -> list[CompileKey]:
-        check_deployment(ring_index_dtypes=ring_index_dtypes)
-        return keys.unique_keys(self.dispatch, keys.product(ring_slots_dtype=ring_index_dtypes))
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = row_stand_ins()
-        return dict(key=k, z=z, metadata=index_stand_in("int32", (16, 3)),
-                    ring_slots=index_stand_in(key.ring_slots_dtype), ring=ring_stand_in())
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(num_warps=key.num_warps)
+        ring_slots_dtype: str = dtype_of("ring_slots", warm=RING_INDEX_DTYPES)
+        num_warps: int = fixed(1, option="num_warps")
 
     @kernel_launcher
-    def __call__(self, key, z, metadata, ring_slots, ring) -> LaunchSpec:
+    def __call__(self, compile_key, key, z, metadata, ring_slots, ring) -> LaunchSpec:
         n_groups, requests = prefill_metadata_geometry(ring_slots.shape[0], metadata.shape[0])
-        return LaunchSpec(
-            grid=(requests,),
-            kwargs=dict(
-                Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
-                **stride_kwargs(key=key, z=z),
-                n_groups=n_groups,
-            ),
-            key=self.dispatch(ring_slots_dtype=ring_slots.dtype),
-        )
+        return LaunchSpec(grid=(requests,), kwargs=dict(Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
+                                                        **stride_kwargs(key=key, z=z), n_groups=n_groups))
 
 
 @public_call

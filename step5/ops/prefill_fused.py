@@ -29,13 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
 
-from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys
-from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME, device_has_pdl, dtype_name, use_gdc
-from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, PREFILL_MAXNREG, check_deployment, index_stand_in,
-                              mean_stand_in, prefill_metadata_geometry, ring_stand_in, row_stand_ins, stride_kwargs,
-                              target_paths)
+from jitkern import LaunchSpec, TritonJitKernel, argument, cdiv, computed, dtype_of, fixed, kernel_launcher
+from jitkern.kernel.validation import device_has_pdl, use_gdc
+from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES,
+                              PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
+                              SLOT_DTYPES, check_deployment, prefill_metadata_geometry, stride_kwargs, target_paths)
 from step5.ops.kernels.prefill_fused import build_prefill_groups_filled_kernel, prefill_update_kernel
 from step5.ops.validate import SIZE_LIMIT
 
@@ -68,144 +67,70 @@ def launch_pdl(device: torch.device) -> bool:
 # --- the filled build: every metadata row written by the kernel ------------------------------
 
 
-class BuildFilledPrefillGroupsKernel(TritonJitKernel["BuildFilledPrefillGroupsKernel.CompileKey"]):
+class BuildFilledPrefillGroupsKernel(TritonJitKernel):
     name = "step5.build_prefill_groups_filled"
     kernel = build_prefill_groups_filled_kernel
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
 
-    @dataclass(frozen=True)
-    class CompileKey:
-        slots_dtype: str
-        positions_dtype: str
-        owners_dtype: str
-        query_start_loc_dtype: str
-        launch_pdl: bool
-        num_warps: int = 8  # 1.41 / 3.52 us at 8K / 256K tokens, 1.72 / 4.24 at 4 (profile_step5.py prefill)
-
-    def dispatch(self, *, slots_dtype, positions_dtype, owners_dtype, query_start_loc_dtype,
-                 launch_pdl: bool) -> CompileKey:
-        return self.CompileKey(
-            slots_dtype=dtype_name(slots_dtype), positions_dtype=dtype_name(positions_dtype),
-            owners_dtype=dtype_name(owners_dtype), query_start_loc_dtype=dtype_name(query_start_loc_dtype),
-            launch_pdl=launch_pdl,
-        )
-
-    def get_warmup_keys(
-        self, *, slot_dtypes: list[str] = ["int64"], position_dtypes: list[str] = ["int64"],
-        owner_dtypes: list[str] = ["int32"], query_start_loc_dtypes: list[str] = ["int32"],
-        launch_pdl: list[bool] = [False, True],
-    ) -> list[CompileKey]:
-        """Index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)."""
-        check_deployment(slot_dtypes=slot_dtypes, position_dtypes=position_dtypes, owner_dtypes=owner_dtypes,
-                         query_start_loc_dtypes=query_start_loc_dtypes)
-        rows = keys.product(
-            slots_dtype=slot_dtypes, positions_dtype=position_dtypes, owners_dtype=owner_dtypes,
-            query_start_loc_dtype=query_start_loc_dtypes, launch_pdl=launch_pdl,
-        )
-        return keys.unique_keys(
-            lambda launch_pdl, **row: self.dispatch(launch_pdl=launch_pdl,
-                                                    **{k: INDEX_DTYPES_BY_NAME[v] for k, v in row.items()}), rows)
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        return dict(
-            slots=index_stand_in(key.slots_dtype), positions=index_stand_in(key.positions_dtype),
-            owners=index_stand_in(key.owners_dtype), query_start_loc=index_stand_in(key.query_start_loc_dtype),
-            groups=index_stand_in("int32", (16, 3)), launch_pdl=key.launch_pdl,
-        )
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:  # index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)
+        slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
+        positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
+        owners_dtype: str = dtype_of("owners", warm=OWNER_DTYPES)
+        query_start_loc_dtype: str = dtype_of("query_start_loc", warm=QUERY_START_LOC_DTYPES)
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=PDL_CHOICES)
+        num_warps: int = fixed(8, option="num_warps")  # 1.41 / 3.52 us at 8K / 256K tokens, 1.72 / 4.24 at 4
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(ROWS=_ROWS, HALO=_HALO, USE_GDC=use_gdc(key.launch_pdl), num_warps=key.num_warps,
-                    launch_pdl=key.launch_pdl)
+        return {**super().constants(key), "ROWS": _ROWS, "HALO": _HALO, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(self, slots, positions, owners, query_start_loc, groups, launch_pdl: bool = False) -> LaunchSpec:
+    def __call__(self, compile_key, slots, positions, owners, query_start_loc, groups,
+                 launch_pdl: bool = False) -> LaunchSpec:
         n_tokens = slots.shape[0]
         requests = query_start_loc.shape[0] - 1
         n_groups = n_tokens // 8 + requests
         return LaunchSpec(
-            grid=(triton.cdiv(n_groups, _ROWS),),  # n_groups >= requests: every request row is owned too
-            kwargs=dict(
-                Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
-                n_tokens=n_tokens, n_groups=n_groups, n_requests=requests, **stride_kwargs(positions=positions),
-            ),
-            key=self.dispatch(
-                slots_dtype=slots.dtype, positions_dtype=positions.dtype, owners_dtype=owners.dtype,
-                query_start_loc_dtype=query_start_loc.dtype, launch_pdl=launch_pdl,
-            ),
-            result=groups,
-        )
+            grid=(cdiv(n_groups, _ROWS),),  # n_groups >= requests: every request row is owned too
+            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
+                        n_tokens=n_tokens, n_groups=n_groups, n_requests=requests, **stride_kwargs(positions=positions)),
+            result=groups)
 
 
 # --- summaries and ring writes in one launch ---------------------------------------------------
 
 
-class PrefillUpdateKernel(TritonJitKernel["PrefillUpdateKernel.CompileKey"]):
+class PrefillUpdateKernel(TritonJitKernel):
     name = "step5.prefill_update"
     kernel = prefill_update_kernel
     compile_cost = 2.0  # seconds a key on our CPU machine, about: 1.7x the summary kernel's in a serial warmup
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base", "ring_slots"}  # what the public function fixes
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, ring_slots=INDEX, mean=MEAN, ring=RING)
 
-    @dataclass(frozen=True)
-    class CompileKey:
-        block_size: int
-        ring_capacity: int
-        positions_dtype: str
-        ring_base_dtype: str
-        ring_slots_dtype: str
-        launch_pdl: bool
-        num_warps: int = NUM_WARPS
-
-    def dispatch(self, *, positions_dtype, ring_base_dtype, ring_slots_dtype, block_size, ring_capacity,
-                 launch_pdl: bool) -> CompileKey:
-        return self.CompileKey(
-            block_size=block_size, ring_capacity=ring_capacity, positions_dtype=dtype_name(positions_dtype),
-            ring_base_dtype=dtype_name(ring_base_dtype), ring_slots_dtype=dtype_name(ring_slots_dtype),
-            launch_pdl=launch_pdl,
-        )
-
-    def get_warmup_keys(
-        self, *, block_size: int, ring_capacity: int, position_dtypes: list[str] = ["int64"],
-        ring_index_dtypes: list[str] = ["int32"], launch_pdl: list[bool] = [False, True],
-    ) -> list[CompileKey]:
-        """Positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)."""
-        check_deployment(block_size=block_size, ring_capacity=ring_capacity, position_dtypes=position_dtypes,
-                         ring_index_dtypes=ring_index_dtypes)
-        rows = keys.product(positions_dtype=position_dtypes, ring_base_dtype=ring_index_dtypes,
-                            ring_slots_dtype=ring_index_dtypes, launch_pdl=launch_pdl)
-        return keys.unique_keys(
-            lambda **row: self.dispatch(block_size=block_size, ring_capacity=ring_capacity, **row), rows,
-        )
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        k, z = row_stand_ins()
-        return dict(
-            key=k, z=z, groups=index_stand_in("int32", (16, 3)), positions=index_stand_in(key.positions_dtype),
-            ring_base=index_stand_in(key.ring_base_dtype), ring_slots=index_stand_in(key.ring_slots_dtype),
-            mean=mean_stand_in(key.block_size), ring=ring_stand_in(), capacity=key.ring_capacity,
-            launch_pdl=key.launch_pdl,
-        )
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)
+        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+        positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
+        ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
+        ring_slots_dtype: str = dtype_of("ring_slots", warm=RING_INDEX_DTYPES)
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=PDL_CHOICES)
+        num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, USE_GDC=use_gdc(key.launch_pdl),
-                    num_warps=key.num_warps, enable_fp_fusion=False, maxnreg=PREFILL_MAXNREG,
-                    launch_pdl=key.launch_pdl, **target_paths(key.num_warps))
+        return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl), "enable_fp_fusion": False,
+                "maxnreg": PREFILL_MAXNREG, **target_paths(key.num_warps)}
 
     @kernel_launcher
-    def __call__(self, key, z, groups, positions, ring_base, ring_slots, mean, ring, capacity: int,
+    def __call__(self, compile_key, key, z, groups, positions, ring_base, ring_slots, mean, ring, capacity: int,
                  launch_pdl: bool = False) -> LaunchSpec:
         n_groups, requests = prefill_metadata_geometry(key.shape[0], groups.shape[0])
-        return LaunchSpec(
-            grid=(requests + n_groups,),
-            kwargs=dict(
-                Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, RingSlots=ring_slots,
-                Mean=mean, Ring=ring,
-                **stride_kwargs(key=key, z=z, positions=positions, mean=mean),
-                n_groups=n_groups, n_requests=requests,
-            ),
-            key=self.dispatch(
-                positions_dtype=positions.dtype, ring_base_dtype=ring_base.dtype, ring_slots_dtype=ring_slots.dtype,
-                block_size=mean.shape[1] * 8, ring_capacity=capacity, launch_pdl=launch_pdl,
-            ),
-        )
+        return LaunchSpec(grid=(requests + n_groups,), kwargs=dict(
+            Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, RingSlots=ring_slots, Mean=mean,
+            Ring=ring, **stride_kwargs(key=key, z=z, positions=positions, mean=mean), n_groups=n_groups,
+            n_requests=requests))

@@ -7,95 +7,50 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jitkern import LaunchSpec, TritonJitKernel, kernel_launcher, keys, public_call
-from jitkern.kernel.validation import dtype_name, runs_on_host, same_device
-from step5.ops.common import (FIXED_STRIDES, NUM_WARPS, check_deployment, index_stand_in, mean_stand_in, ring_stand_in,
-                              row_stand_ins, stride_kwargs, target_paths)
+from jitkern import LaunchSpec, Tensor, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
+from jitkern.kernel.validation import runs_on_host, same_device
+from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
+                              RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, check_deployment, stride_kwargs,
+                              target_paths)
 from step5.ops.kernels.verify import update_verify_kernel
 from step5.ops.validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_verify_values
 
 
-class UpdateVerifyKernel(TritonJitKernel["UpdateVerifyKernel.CompileKey"]):
+class UpdateVerifyKernel(TritonJitKernel):
     name = "step5.update_verify"
     kernel = update_verify_kernel
     compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
-    fixed_strides = FIXED_STRIDES
+    fixed_strides = {"ring", "mean.1", "mean.2", "slots", "query_start_loc", "seq_lens", "ring_base"}
     size_limit = SIZE_LIMIT
+    check_config = check_deployment
+    # Four requests of q tokens. The index tensors' sizes vary together (tokens = q * requests,
+    # which the key's q depends on) and reach the kernel only as n_tokens, which is not
+    # specialised: their stand-ins keep one size.
+    stand_ins = dict(**ROWS, slots=Tensor((lambda key: 4 * key.query_len,), varying=()),
+                     query_start_loc=Tensor((5,), varying=()), seq_lens=Tensor((4,), varying=()),
+                     ring_base=Tensor((lambda key: 4 * key.query_len,), varying=()), mean=MEAN, ring=RING)
 
-    @dataclass(frozen=True)
+    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        block_size: int
-        ring_capacity: int
-        query_len: int  # q = 1 + draft tokens
-        slots_dtype: str
-        query_start_loc_dtype: str
-        seq_lens_dtype: str
-        ring_base_dtype: str
-        num_warps: int = NUM_WARPS
-
-    def dispatch(self, *, slots_dtype, query_start_loc_dtype, seq_lens_dtype, ring_base_dtype,
-                 block_size, ring_capacity, query_len) -> CompileKey:
-        return self.CompileKey(
-            block_size=block_size, ring_capacity=ring_capacity, query_len=query_len,
-            slots_dtype=dtype_name(slots_dtype), query_start_loc_dtype=dtype_name(query_start_loc_dtype),
-            seq_lens_dtype=dtype_name(seq_lens_dtype), ring_base_dtype=dtype_name(ring_base_dtype),
-        )
-
-    def get_warmup_keys(
-        self, *, block_size: int, ring_capacity: int, draft_tokens: int, slot_dtypes: list[str] = ["int64"],
-        query_start_loc_dtypes: list[str] = ["int32"], seq_lens_dtypes: list[str] = ["int32"],
-        ring_index_dtypes: list[str] = ["int32"],
-    ) -> list[CompileKey]:
-        """``draft_tokens`` is k: every verify step carries q = 1 + k tokens per request."""
-        check_deployment(block_size=block_size, ring_capacity=ring_capacity, draft_tokens=draft_tokens,
-                         slot_dtypes=slot_dtypes, query_start_loc_dtypes=query_start_loc_dtypes,
-                         seq_lens_dtypes=seq_lens_dtypes, ring_index_dtypes=ring_index_dtypes)
-        rows = keys.product(
-            slots_dtype=slot_dtypes, query_start_loc_dtype=query_start_loc_dtypes,
-            seq_lens_dtype=seq_lens_dtypes, ring_base_dtype=ring_index_dtypes,
-        )
-        return keys.unique_keys(
-            lambda **row: self.dispatch(
-                block_size=block_size, ring_capacity=ring_capacity, query_len=1 + draft_tokens, **row
-            ),
-            rows,
-        )
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        """Four requests of q tokens. The index tensors' sizes vary together (tokens = q *
-        requests, which the key's q depends on) and reach the kernel only as ``n_tokens``,
-        which is not specialised: their stand-ins keep one size."""
-        k, z = row_stand_ins()
-        return dict(
-            key=k, z=z, slots=index_stand_in(key.slots_dtype, (4 * key.query_len,), varying=()),
-            query_start_loc=index_stand_in(key.query_start_loc_dtype, (5,), varying=()),
-            seq_lens=index_stand_in(key.seq_lens_dtype, (4,), varying=()),
-            ring_base=index_stand_in(key.ring_base_dtype, (4 * key.query_len,), varying=()),
-            mean=mean_stand_in(key.block_size), ring=ring_stand_in(), capacity=key.ring_capacity,
-        )
+        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+        query_len: int = computed(lambda slots, seq_lens: slots.shape[0] // seq_lens.shape[0], constexpr="Q",
+                                  warm=DRAFT_TOKENS)  # q = 1 + draft tokens
+        slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
+        query_start_loc_dtype: str = dtype_of("query_start_loc", warm=QUERY_START_LOC_DTYPES)
+        seq_lens_dtype: str = dtype_of("seq_lens", warm=SEQ_LENS_DTYPES)
+        ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
+        num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return dict(BLOCK_SIZE=key.block_size, RING_CAPACITY=key.ring_capacity, Q=key.query_len,
-                    num_warps=key.num_warps, enable_fp_fusion=False, **target_paths(key.num_warps))
+        return {**super().constants(key), "enable_fp_fusion": False, **target_paths(key.num_warps)}
 
     @kernel_launcher
-    def __call__(self, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> LaunchSpec:
-        block_size = mean.shape[1] * 8
-        requests = seq_lens.shape[0]
-        query_len = slots.shape[0] // requests
-        return LaunchSpec(
-            grid=(requests,),
-            kwargs=dict(
-                Key=key, Z=z, Slots=slots, QueryStartLoc=query_start_loc, SeqLens=seq_lens, RingBase=ring_base,
-                Mean=mean, Ring=ring, n_tokens=slots.shape[0],
-                **stride_kwargs(key=key, z=z, mean=mean),
-            ),
-            key=self.dispatch(
-                slots_dtype=slots.dtype, query_start_loc_dtype=query_start_loc.dtype, seq_lens_dtype=seq_lens.dtype,
-                ring_base_dtype=ring_base.dtype, block_size=block_size, ring_capacity=capacity,
-                query_len=query_len,
-            ),
-        )
+    def __call__(self, compile_key, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring,
+                 capacity: int) -> LaunchSpec:
+        return LaunchSpec(grid=(seq_lens.shape[0],), kwargs=dict(
+            Key=key, Z=z, Slots=slots, QueryStartLoc=query_start_loc, SeqLens=seq_lens, RingBase=ring_base, Mean=mean,
+            Ring=ring, n_tokens=slots.shape[0], **stride_kwargs(key=key, z=z, mean=mean)))
 
 
 @public_call
