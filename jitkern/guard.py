@@ -89,11 +89,15 @@ def _on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:
     if current == "warn":
         warnings.warn(message, ServeTimeCompileWarning, stacklevel=2)
     elif current == "record" and entry is not None:
-        _record(entry)
+        kernel, spec = active_launch.kernel, active_launch.spec
+        _record(entry, kernel.layouts.seen(kernel.layouts.binary_key(spec), spec))
 
 
-def _record(entry: dict[str, Any]) -> None:
-    line = json.dumps({"kernel": entry["kernel"], "key": entry["keys"][0]}, sort_keys=True)
+def _record(entry: dict[str, Any], seen: dict[str, Any]) -> None:
+    """One line: the kernel, the binary key, and what made its layout (``seen``: the tensors
+    that were unaligned, the values of the integers of another class) for ``merge-record``."""
+    line = json.dumps({"kernel": entry["kernel"], "key": entry["keys"][0],
+                       **{name: value for name, value in seen.items() if value}}, sort_keys=True)
     with _lock:
         if (entry["kernel"], line) in _recorded:
             return

@@ -137,7 +137,8 @@ def _print_list(deployment: Deployment) -> None:
 def _merge_record(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup merge-record",
-        description="Add the keys a guard in record mode wrote (JITKERN_GUARD=record) to a manifest.")
+        description="Add what a guard in record mode wrote (JITKERN_GUARD=record) to a manifest: its entries' "
+                    "layout domains widened to the recorded launches, other keys as explicit keys.")
     parser.add_argument("record", help="the record file (JITKERN_GUARD_RECORD, JSON lines)")
     parser.add_argument("manifest", help="the manifest to extend (rewritten in place)")
     args = parser.parse_args(argv)

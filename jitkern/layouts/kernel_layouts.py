@@ -92,6 +92,27 @@ class KernelLayouts:
             binaries += [BinaryKey(key, text) for text in enumerate_layouts(domains, base)]
         return list(dict.fromkeys(binaries))
 
+    def seen(self, binary: BinaryKey, spec: Any) -> dict[str, Any]:
+        """What a launch (a ``LaunchSpec`` of ``binary``) passed where its layout differs from
+        the key's stand-ins, as a layout domain names it: ``{"unaligned": [tensors],
+        "values": {"z.0": 608, "n_tokens": 1}}`` (what the guard records)."""
+        found = origins(self.stand_ins(binary.key)[0])
+        unaligned, values = [], {}
+        for name, text in parse_layout(binary.layout).items():
+            if text.startswith("*") and name in found.tensors:
+                unaligned.append(found.tensors[name])
+            elif not text.startswith("*") and isinstance(spec.kwargs.get(name), int):
+                tensor_dim = found.strides.get(name)
+                values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]
+        return {"unaligned": unaligned, "values": values}
+
+    def usual_value(self, key: Any, name: str) -> int | None:
+        """The stand-ins' value of a stride (``z.0``) or integer argument of ``key``."""
+        kwargs = self.stand_ins(key)[0]
+        strides = {f"{tensor}.{dim}": argument for argument, (tensor, dim) in origins(kwargs).strides.items()}
+        value = kwargs.get(strides.get(name, name))
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
     def reasons(self, binary: BinaryKey, domain: LayoutDomain) -> dict[str, str]:
         """Why each runtime argument whose class the binary's layout names differs from its
         key's stand-ins: the declaration of ``domain`` that made it, in words."""
@@ -231,6 +252,27 @@ class NoLayouts:
 
     def binary_keys(self, keys: list[Any], domain: LayoutDomain = LayoutDomain()) -> list[BinaryKey]:
         return [BinaryKey(key) for key in keys]
+
+    def seen(self, binary: BinaryKey, spec: Any) -> dict[str, Any]:
+        """What a launch (a ``LaunchSpec`` of ``binary``) passed where its layout differs from
+        the key's stand-ins, as a layout domain names it: ``{"unaligned": [tensors],
+        "values": {"z.0": 608, "n_tokens": 1}}`` (what the guard records)."""
+        found = origins(self.stand_ins(binary.key)[0])
+        unaligned, values = [], {}
+        for name, text in parse_layout(binary.layout).items():
+            if text.startswith("*") and name in found.tensors:
+                unaligned.append(found.tensors[name])
+            elif not text.startswith("*") and isinstance(spec.kwargs.get(name), int):
+                tensor_dim = found.strides.get(name)
+                values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]
+        return {"unaligned": unaligned, "values": values}
+
+    def usual_value(self, key: Any, name: str) -> int | None:
+        """The stand-ins' value of a stride (``z.0``) or integer argument of ``key``."""
+        kwargs = self.stand_ins(key)[0]
+        strides = {f"{tensor}.{dim}": argument for argument, (tensor, dim) in origins(kwargs).strides.items()}
+        value = kwargs.get(strides.get(name, name))
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     def reasons(self, binary: BinaryKey, domain: LayoutDomain) -> dict[str, str]:
         """Why each runtime argument whose class the binary's layout names differs from its

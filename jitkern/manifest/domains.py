@@ -66,12 +66,14 @@ def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], 
 def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int], integers: set[str],
                    own: LayoutDomainSchema, shared: LayoutDomainSchema) -> dict[str, ValueDomain]:
     """The value domains of the entry's and the manifest's layout that name the kernel's
-    strides (``z.0``) or runtime integer arguments, each checked: a domain no integer is in,
+    strides (``z.0``) or runtime integer arguments (the entry's first), each checked: a domain no integer is in,
     a stride the public function fixes, or values it refuses (beyond i32 where
     ``large_ints`` is False, a negative stride) are one error naming the field."""
     values = {}
     for at, domain, manifests in ((f"{where}.layout", own, False), (f"{path}: layout", shared, True)):
         for name, document in domain.values.items():
+            if manifests and name in values:
+                continue  # the entry's own values of it come first
             field = f"{at}.values[{name!r}]"
             tensor, dim = _layout_name(name, "strided")
             stride = dim is not None and tensor in tensors

@@ -107,7 +107,39 @@ def test_record_merge_and_warm_converge_for_mixed_alignment_traffic(dry_run_gpu,
     assert any("X_ptr:*fp32" in layout and "Out_ptr" not in layout for layout in layouts), layouts
 
     merged = cli("merge-record", record, manifest, cache_dir=triton_cache)
-    assert merged.returncode == 0 and f"{len(layouts)} key(s) added" in merged.stdout, merged.stdout + merged.stderr
+    assert merged.returncode == 0 and " key(s) added" in merged.stdout, merged.stdout + merged.stderr
+    (entry,) = json.loads(manifest.read_text())["kernels"]  # the traffic's layouts, as a domain: no explicit key
+    assert set(entry["layout"]["unaligned"]) == {"x", "y", "out"} and "keys" not in entry, entry
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with assert_no_compile():
+            serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")
+
+
+def test_record_merge_and_warm_converge_to_the_values_the_traffic_passes(dry_run_gpu, triton_cache, tmp_path):
+    """A deployment declared by values (sizes that are multiples of 16) meets sizes of other
+    classes: record -> merge-record adds those values to the entry's domain, no explicit
+    key, and the same traffic then compiles nothing."""
+    manifest = example_manifest(tmp_path / "serving.json", {"values": {"n_elements": [1024]}}, dtypes=["float32"])
+    record = tmp_path / "unseen.jsonl"
+    warm(manifest)
+    start_serving(manifest)
+    traffic = [(elements, (0, 0, 0)) for elements in (1024, 1000, 1, 2048, 17)]
+    try:
+        guard.set_mode("record", record)
+        serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")
+    assert {json.dumps(json.loads(line)["values"]) for line in record.read_text().splitlines()} == \
+        {'{"n_elements": 1000}', '{"n_elements": 1}'}  # 17 is of 1000's class: no second miss
+    merged = cli("merge-record", record, manifest, cache_dir=triton_cache)
+    assert merged.returncode == 0 and "2 key(s) added" in merged.stdout, merged.stdout + merged.stderr
+    (entry,) = json.loads(manifest.read_text())["kernels"]
+    assert entry["layout"] == {"values": {"n_elements": [1, 1000, 1024]}} and "keys" not in entry, entry
     warm(manifest)
     start_serving(manifest)
     try:

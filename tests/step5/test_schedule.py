@@ -30,6 +30,7 @@ from step5_testing import BlockTables, poisoned_mean, random_rows
 MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").glob("step5-*.json"))
 # A deployment whose key and z come in several layouts (tests/manifests/step5-views.json declares them).
 VIEWS_MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "step5-views.json"
+VALUES_MANIFEST = VIEWS_MANIFEST.with_name("step5-values.json")  # the same deployment, declared by values
 MIXED_ROWS = ["contiguous", "fused", "odd_rows", "z_offset"]
 
 
@@ -234,13 +235,18 @@ def a_few_steps_of_each_kind(schedule: Schedule):
     return launches
 
 
-def test_a_schedule_of_mixed_layouts_hits_the_manifest_that_declares_them():
-    block_size, draft_tokens, capacity = deployment(VIEWS_MANIFEST)
+@pytest.mark.parametrize("manifest", [VIEWS_MANIFEST, VALUES_MANIFEST], ids=["any-strides", "by-values"])
+def test_a_schedule_of_mixed_layouts_hits_the_manifest_that_declares_them(manifest):
+    """Declared by "strided" (any stride) or by the values the deployment's strides take, the
+    manifest serves every launch of the schedule; by values it warms 51 binaries, not 111."""
+    block_size, draft_tokens, capacity = deployment(manifest)
     schedule = Schedule(block_size, draft_tokens, capacity, rows="mixed")
     with record_launches() as launches:
         run_schedule(schedule, steps=16)
-    missing = missing_from(launches, manifest_keys(load_manifest(VIEWS_MANIFEST)))
-    assert not missing, "launches the views manifest does not enumerate:\n  " + "\n  ".join(missing)
+    keys = manifest_keys(load_manifest(manifest))
+    missing = missing_from(launches, keys)
+    assert not missing, f"launches {manifest.name} does not enumerate:\n  " + "\n  ".join(missing)
+    assert sum(map(len, keys.values())) == {VIEWS_MANIFEST: 111, VALUES_MANIFEST: 51}[manifest]
 
 
 @pytest.mark.compiled
