@@ -21,7 +21,7 @@ import torch
 import triton
 from redis_testing import shared_redis
 from reliability_testing import forget_all_binaries, warm
-from warmup_testing import REPO, cache_entries, example_manifest, warmup
+from warmup_testing import REPO, cache_entries, example_manifest, totals, warmup
 
 from jitkern import guard, settings
 from jitkern.cache.entries import inspect_entry
@@ -226,8 +226,14 @@ def test_a_cache_ships_whole_through_redis_and_a_wheel(dry_run_gpu, triton_cache
         forget_all_binaries()
         with settings.scope(remote_cache=server.url, lock_digest=lock_digest):
             load([str(manifest)])
-    node = cache_entries(triton_cache)
-    assert len(node) == 3 and all(group_of(entry) == expected and files_in(entry) >= expected for entry in node)
+        report = tmp_path / "report.json"  # a binary-only warmup reading through Redis takes entries as they are
+        rewarm = warmup(manifest, "--target", "cuda:90", "--report", report, cache_dir=tmp_path / "rewarmed",
+                        env=dict(os.environ, JITKERN_REMOTE_CACHE=server.url, JITKERN_LOCK_DIGEST=lock_digest))
+        assert rewarm.returncode == 0, rewarm.stdout + rewarm.stderr
+        assert totals(json.loads(report.read_text())) == {"keys": 3, "compiled": 0, "cached": 3, "failed": 0}
+    for node in (triton_cache, tmp_path / "rewarmed"):
+        entries = cache_entries(node)
+        assert len(entries) == 3 and all(group_of(e) == expected and files_in(e) >= expected for e in entries)
 
     pack = subprocess.run([sys.executable, "-m", "jitkern.warmup", "pack", str(manifest), "--target", "cuda:90",
                            "--cache-dir", str(built), "--out", str(tmp_path / "dist")],
