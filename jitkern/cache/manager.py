@@ -100,14 +100,14 @@ class JitkernCacheManager(FileCacheManager):
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
         if getattr(_scratch, "dir", None) is not None:
-            group = {name: path for name, path in group.items() if not name.endswith(SOURCE_SUFFIX)}
+            group = {name: path for name, path in group.items() if not name.endswith(_SOURCE_SUFFIX)}
         path = super().put_group(filename, group)
         _publish_serve_time_compile(self.key, filename, group)
         return path
 
     def put(self, data, filename, binary=True) -> str:
         scratch = getattr(_scratch, "dir", None)
-        if scratch is not None and filename.endswith(SOURCE_SUFFIX):
+        if scratch is not None and filename.endswith(_SOURCE_SUFFIX):
             return _manager_at(self.key, os.path.join(scratch, self.key)).put(data, filename, binary)
         return self._write(data, filename, binary)
 
@@ -130,10 +130,9 @@ def _manager_at(key: str, folder: str) -> FileCacheManager:
     return manager
 
 
-SOURCE_SUFFIX = ".source"
-"""The TTIR Triton starts a compile from (``<kernel>.source``), written whatever
-``store_binary_only`` says."""
-
+_SOURCE_SUFFIX = ".source"
+"""The TTIR Triton starts a compile from (``<kernel>.source``)."""
+_BINARY_ONLY_VARIABLE = "TRITON_STORE_BINARY_ONLY"
 _scratch = threading.local()
 
 
@@ -143,13 +142,13 @@ def binaries_only(on: bool = True) -> Iterator[None]:
     binary and metadata, and none of the IR (``on=False``: every IR file, for debugging).
 
     A serving process reads the binary and metadata alone; the IR is most of an entry's
-    bytes, on disk, in a wheel and in Redis. Triton's ``store_binary_only`` knob (set for the block, then as it was,
-    with its variable ``TRITON_STORE_BINARY_ONLY``) leaves out the IR of each compile
-    stage. The TTIR Triton starts from (``SOURCE_SUFFIX``) goes to a scratch folder
-    instead, removed at the end of the block: outside the entry and its group, where
-    Triton's ``CompiledKernel`` still reads it. The knob is not one of Triton's
-    cache-invalidating settings: an entry of either kind has the same cache key, and
-    every process finds it whatever it sets.
+    bytes, on disk, in a wheel and in Redis. Triton's ``store_binary_only`` knob (set for
+    the block, then as it was, with its variable) leaves out the IR of each compile stage.
+    The TTIR Triton starts from (``_SOURCE_SUFFIX``), which it writes whatever the knob
+    says, goes to a scratch folder removed at the end of the block: outside the entry and
+    its group, where Triton's ``CompiledKernel`` still reads it. The knob is not one of
+    Triton's cache-invalidating settings: an entry of either kind has the same cache key,
+    and every process finds it whatever it sets.
     """
     compilation, variable = triton.knobs.compilation, os.environ.get(_BINARY_ONLY_VARIABLE)
     knob, previous = vars(compilation).get("store_binary_only"), getattr(_scratch, "dir", None)
@@ -168,9 +167,6 @@ def binaries_only(on: bool = True) -> Iterator[None]:
             os.environ.pop(_BINARY_ONLY_VARIABLE, None)
         else:
             os.environ[_BINARY_ONLY_VARIABLE] = variable
-
-
-_BINARY_ONLY_VARIABLE = "TRITON_STORE_BINARY_ONLY"
 
 
 def lookup_entry(folder: str, group_name: str, verified: bool = True) -> EntryState:
