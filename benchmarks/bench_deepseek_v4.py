@@ -54,10 +54,10 @@ from deepseek_v4 import (  # noqa: E402
     decode_step,
     save_partial_states,
 )
-from deepseek_v4.common import LAYOUTS  # noqa: E402
+from deepseek_v4.common import RATIOS  # noqa: E402
 from deepseek_v4.sweeps import compressor_sweep_launch as sweep_launch  # noqa: E402
-from deepseek_v4.decode_step import DecodeTiling, check_decode_tiling, decode_tiling  # noqa: E402
-from deepseek_v4.save_partial_states import StoreTiling, store_tiling  # noqa: E402
+from deepseek_v4.tiling import DecodeTiling, check_decode_tiling, decode_tiling  # noqa: E402
+from deepseek_v4.tiling import StoreTiling, store_tiling  # noqa: E402
 from deepseek_v4.sweeps import store_sweep_launch  # noqa: E402
 
 L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
@@ -121,8 +121,8 @@ def copy_bandwidth_gbs() -> float:
 
 
 def store_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
-    layout = LAYOUTS[ratio]
-    width, bs = layout.state_width(head_dim), layout.block_size
+    geometry = RATIOS[ratio]
+    width, bs = geometry.state_width(head_dim), geometry.block_size
     projection = torch.randn(tokens, 2 * width, device=DEVICE)
     blocks = -(-tokens // bs)
     block_order = torch.randperm(blocks, device=DEVICE)
@@ -137,7 +137,7 @@ def store_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
 
 def store_bytes(tokens: int, head_dim: int, ratio: int) -> int:
     """kv and score read, both halves written, positions and slots read (ape stays in L2)."""
-    width = LAYOUTS[ratio].state_width(head_dim)
+    width = RATIOS[ratio].state_width(head_dim)
     return tokens * (4 * width * 4 + 2 * 8)
 
 
@@ -183,7 +183,7 @@ def store_variants(head_dim: int, ratio: int) -> list[StoreTiling]:
     one first: whole rows of 1 to 16 tokens (at most 2048 floats a tile), or one row in 2
     or 4 column groups of at least 128; each with the warps that give every thread 4, 8
     or 16 floats of kv (and as many of score)."""
-    width = LAYOUTS[ratio].state_width(head_dim)
+    width = RATIOS[ratio].state_width(head_dim)
     head = triton.next_power_of_2(width)
     tiles = [(tokens, head) for tokens in (1, 2, 4, 8, 16) if tokens * head <= 2048]
     tiles += [(1, head // parts) for parts in (2, 4) if head // parts >= 128]
@@ -213,8 +213,8 @@ def time_store_tiling(sets, next_set, expected, tiling: StoreTiling) -> float:
 def compressor_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
     """Prefill-shaped: requests of REQUEST_LEN tokens (or one shorter one) at positions
     0 .. len-1, their rows already in a cache whose blocks are shuffled."""
-    layout = LAYOUTS[ratio]
-    width, bs = layout.state_width(head_dim), layout.block_size
+    geometry = RATIOS[ratio]
+    width, bs = geometry.state_width(head_dim), geometry.block_size
     request_len = min(tokens, REQUEST_LEN)
     requests = -(-tokens // request_len)
     max_blocks = -(-request_len // bs)
@@ -230,11 +230,11 @@ def compressor_inputs(tokens: int, head_dim: int, ratio: int) -> dict:
 def compressor_bytes(tokens: int, head_dim: int, ratio: int) -> int:
     """Per window: its rows' kv and score columns (``2R`` rows of ``d`` at ratio 4, ``R``
     at 128: the same bytes as ``R`` full rows) and its output; positions of every token."""
-    layout = LAYOUTS[ratio]
+    geometry = RATIOS[ratio]
     request_len = min(tokens, REQUEST_LEN)
     full, rest = divmod(tokens, request_len)
     windows = full * (request_len // ratio) + rest // ratio
-    rows = 2 * ratio if layout.overlap else ratio
+    rows = 2 * ratio if geometry.overlap else ratio
     return windows * (rows * 2 * head_dim * 4 + head_dim * 4) + tokens * 8
 
 
@@ -242,8 +242,8 @@ def compressor_torch(state_cache, block_table, positions, req_indices, out, comp
                      closing):
     """The spec in eager PyTorch: gather each window's rows, softmax per dimension.
     ``closing`` (the closing tokens) is computed on the host beforehand, to spare a sync."""
-    layout, d = LAYOUTS[compress_ratio], head_dim
-    width = layout.state_width(d)
+    geometry, d = RATIOS[compress_ratio], head_dim
+    width = geometry.state_width(d)
     p, r = positions[closing], req_indices[closing]
     j = torch.arange(compress_ratio, device=positions.device)
 
@@ -255,8 +255,8 @@ def compressor_torch(state_cache, block_table, positions, req_indices, out, comp
         score = data[..., width + columns : width + columns + d].masked_fill(~valid[..., None], float("-inf"))
         return data[..., columns : columns + d], score
 
-    kv, score = rows(p[:, None] - compress_ratio + 1 + j, d if layout.overlap else 0)
-    if layout.overlap:
+    kv, score = rows(p[:, None] - compress_ratio + 1 + j, d if geometry.overlap else 0)
+    if geometry.overlap:
         kv_prev, score_prev = rows(p[:, None] - 2 * compress_ratio + 1 + j, 0)
         kv, score = torch.cat([kv_prev, kv], 1), torch.cat([score_prev, score], 1)
     out[closing] = (torch.softmax(score, dim=1) * kv).sum(1)
@@ -310,10 +310,10 @@ def compressor_variants(tokens: int, head_dim: int, ratio: int) -> list[dict]:
     at 64K tokens the tile (``block_d`` columns x 128 rows per step, ``program_d``
     columns per program, ``num_warps``); at both sizes the tokens a program scans
     (``chunk`` forced, or picked from ``min_programs``, the default being
-    ``compressor._MIN_PROGRAMS``).
+    ``deepseek_v4.tiling.MIN_PROGRAMS``).
     """
     head = triton.next_power_of_2(head_dim)
-    if LAYOUTS[ratio].overlap:
+    if RATIOS[ratio].overlap:
         if tokens != 65536:
             return []
         return [dict(block_d=b, num_warps=w) for b in (128, 256, 512, 1024) if b <= head for w in (1, 2, 4, 8)]
@@ -360,9 +360,9 @@ def decode_inputs(batch: int, head_dim: int, ratio: int, closing: float | None =
     ``closing``: the fraction of tokens moved to the end of their window (default: about
     one in ``ratio`` closes one, as positions fall); ``padding``: the fraction of tokens
     given slot -1 (byte checks: the timed inputs have none)."""
-    layout = LAYOUTS[ratio]
-    width, bs = layout.state_width(head_dim), layout.block_size
-    window = 2 * ratio if layout.overlap else ratio
+    geometry = RATIOS[ratio]
+    width, bs = geometry.state_width(head_dim), geometry.block_size
+    window = 2 * ratio if geometry.overlap else ratio
     span = -(-window // bs) + 1  # blocks that positions p - window + 1 .. p can lie in
     positions = torch.randint(0, DECODE_CONTEXT, (batch,), device=DEVICE)
     if closing is not None:
@@ -399,7 +399,7 @@ def decode_variants(head_dim: int, ratio: int) -> list[dict]:
     shipped = decode_tiling(ratio, head_dim)
     head = triton.next_power_of_2(head_dim)
     variants = [dict(tiling=shipped)]
-    if LAYOUTS[ratio].overlap:
+    if RATIOS[ratio].overlap:
         tilings = [DecodeTiling(1, block_d, block_d, warps)
                    for block_d, warps in ((256, 2), (128, 1), (256, 1), (512, 4)) if block_d <= head]
     else:
@@ -437,8 +437,8 @@ def store_then_compress(inputs: dict) -> None:
 def bench_fused(batch: int, head_dim: int, ratio: int) -> FusedRow:
     """GPU time of ``decode_step`` against the store alone and the two launches it replaces,
     after checking that it writes their bytes."""
-    layout = LAYOUTS[ratio]
-    window_bytes = (2 * ratio if layout.overlap else ratio) * 2 * head_dim * 4 + head_dim * 4
+    geometry = RATIOS[ratio]
+    window_bytes = (2 * ratio if geometry.overlap else ratio) * 2 * head_dim * 4 + head_dim * 4
     nbytes = store_bytes(batch, head_dim, ratio) + batch // ratio * window_bytes
     sets, next_set = rotating(lambda: decode_inputs(batch, head_dim, ratio), nbytes)
     fused = sets[0]

@@ -1,4 +1,5 @@
-"""What the store and the compressor share: the two ratios' layouts, dtypes, PDL.
+"""What the store and the compressor share: each compression ratio's geometry, the float
+dtype, the engine's PDL request, the tensor checks.
 
 The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
 validation and the kernels' launchers cannot disagree on a width or a block size.
@@ -6,20 +7,18 @@ validation and the kernels' launchers cannot disagree on a width or a block size
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from jitkern import targets
-from jitkern.kernel.validation import check_strides_below_i32
-from jitkern.kernel.validation import same_device as check_same_device  # noqa: F401 - re-exported
+from jitkern.kernel.validation import (INDEX_DTYPES, INDEX_DTYPES_BY_NAME, check_strides_below_i32, device_has_pdl,
+                                       dtype_name)
 
 
 @dataclass(frozen=True)
-class RatioLayout:
-    """One row of the spec's table: how a compression ratio lays out its states."""
+class RatioGeometry:
+    """One row of the spec's table: how a compression ratio shapes its states."""
 
     ratio: int
     overlap: bool  # ratio 4: a token's first half serves the next window
@@ -30,52 +29,37 @@ class RatioLayout:
         return (2 if self.overlap else 1) * head_dim
 
 
-LAYOUTS = {
-    4: RatioLayout(ratio=4, overlap=True, block_size=4),
-    128: RatioLayout(ratio=128, overlap=False, block_size=8),
+RATIOS = {
+    4: RatioGeometry(ratio=4, overlap=True, block_size=4),
+    128: RatioGeometry(ratio=128, overlap=False, block_size=8),
 }
 
 FLOAT_DTYPE = torch.float32
-INDEX_DTYPES = {"int32": torch.int32, "int64": torch.int64}
 
 
-def use_gdc(launch_pdl: bool) -> bool:
-    """Whether a kernel launched with ``launch_pdl`` waits on its grid dependency
-    (``griddepcontrol``, inline PTX): only where the target being compiled for has PDL
-    (NVIDIA sm_90 and newer, not with ``JITKERN_PORTABLE_PATHS=1``). Elsewhere (sm_80,
-    AMD, the CPU interpreter, which runs no inline PTX and has no grid to wait on) the
-    key compiles to the plain kernel, and jitkern launches it without PDL
-    (``jitkern.targets.fit_launch_options``)."""
-    return launch_pdl and targets.current().pdl
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def layout_of(compress_ratio: Any) -> RatioLayout:
-    """The layout of ``compress_ratio``; anything but 4 or 128 is a ``ValueError``."""
-    layout = LAYOUTS.get(compress_ratio) if isinstance(compress_ratio, int) else None
-    if layout is None:
-        raise ValueError(f"compress_ratio: must be one of {sorted(LAYOUTS)}, got {compress_ratio!r}")
-    return layout
+def ratio_geometry(compress_ratio: Any) -> RatioGeometry:
+    """The geometry of ``compress_ratio``; anything but 4 or 128 is a ``ValueError``."""
+    geometry = RATIOS.get(compress_ratio) if isinstance(compress_ratio, int) else None
+    if geometry is None:
+        raise ValueError(f"compress_ratio: must be one of {sorted(RATIOS)}, got {compress_ratio!r}")
+    return geometry
 
 
 def index_dtype_names(names: list[str]) -> list[torch.dtype]:
     """Manifest index dtype names -> dtypes; an unknown name is a ``ValueError``."""
-    unknown = [name for name in names if name not in INDEX_DTYPES]
+    unknown = [name for name in names if name not in INDEX_DTYPES_BY_NAME]
     if unknown:
-        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES)}")
-    return [INDEX_DTYPES[name] for name in names]
+        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES_BY_NAME)}")
+    return [INDEX_DTYPES_BY_NAME[name] for name in names]
 
 
 def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     """Whether to launch with programmatic dependent launch.
 
     ``pdl_kwargs`` is what an engine passes along (``{"launch_pdl": True}`` or empty).
-    PDL needs NVIDIA Hopper (sm_90) or newer; elsewhere (older GPUs, AMD, the CPU
-    interpreter) the request is dropped rather than failing, so one engine config runs
-    everywhere.
+    PDL needs NVIDIA Hopper (sm_90) or newer (``device_has_pdl``); elsewhere (older GPUs,
+    AMD, the CPU interpreter) the request is dropped rather than failing, so one engine
+    config runs everywhere.
     """
     if pdl_kwargs is not None and not isinstance(pdl_kwargs, dict):
         raise ValueError(f"pdl_kwargs: expected a dict like {{'launch_pdl': True}}, got {type(pdl_kwargs).__name__}")
@@ -87,28 +71,14 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     launch_pdl = pdl_kwargs.get("launch_pdl", False)
     if not isinstance(launch_pdl, bool):  # bool("no") is True: a string would ask for PDL
         raise ValueError(f"pdl_kwargs: launch_pdl must be True or False, got {launch_pdl!r}")
-    return launch_pdl and _supports_pdl(device)
+    return launch_pdl and device_has_pdl(device)
 
 
-def _supports_pdl(device: torch.device) -> bool:
-    if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
-        return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability_major(index) >= 9
-
-
-@functools.cache
-def _capability_major(index: int) -> int:
-    """Cached: asking the driver on every launch would cost host time on the hot path."""
-    return torch.cuda.get_device_capability(index)[0]
-
-
-def check_index_tensor(name: str, tensor: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
-    """A 1-D, contiguous integer tensor of an allowed dtype."""
+def check_index_tensor(name: str, tensor: torch.Tensor) -> None:
+    """A 1-D, contiguous integer tensor of an index dtype (int32 or int64)."""
     _check_tensor(name, tensor)
-    if tensor.dtype not in allowed:
-        names = [dtype_name(d) for d in allowed]
-        raise ValueError(f"{name}: dtype must be one of {names}, got {dtype_name(tensor.dtype)}")
+    if tensor.dtype not in INDEX_DTYPES:
+        raise ValueError(f"{name}: dtype must be one of {list(INDEX_DTYPES_BY_NAME)}, got {dtype_name(tensor.dtype)}")
     if tensor.dim() != 1 or (tensor.numel() > 1 and tensor.stride(0) != 1):
         raise ValueError(
             f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}"

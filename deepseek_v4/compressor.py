@@ -25,8 +25,10 @@ Two launch shapes, one ``@triton.jit`` function (``SCAN`` picks):
   run of decodes that all close a window at once (a batch in lockstep); contiguous
   chunks would put those in one program, one after the other. ``n_chunks`` is a
   runtime argument (not specialised: no extra binaries) picked on the host from the
-  token count alone: about ``tokens / 128`` when that still leaves ``_MIN_PROGRAMS``
-  programs, more chunks (of fewer tokens) for small batches.
+  token count alone: about ``tokens / 128`` when that still leaves ``MIN_PROGRAMS``
+  programs, more chunks (of fewer tokens) for small batches (``deepseek_v4.tiling``).
+
+The kernel's Triton source: ``deepseek_v4.kernels.compressor``.
 """
 
 from __future__ import annotations
@@ -35,257 +37,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
-from jitkern import public_call
-from jitkern import cdiv, kernel_launcher, keys
-from deepseek_v4._compressor_host import _tiling, check_compress_windows
-from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
-
-# Ratio 128: the tokens a program scans (at most SCAN) are the largest power of two that
-# still leaves at least this many programs (chunks x column groups); see _chunk.
-_MIN_PROGRAMS = 512
-
-
-@triton.jit
-def _window_blocks(table, p, live, COMPRESS_RATIO: tl.constexpr, OVERLAP: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                   MASKED: tl.constexpr):
-    # The cache blocks of the rows of the window closed at position p (int64): the current
-    # window's R rows, and at ratio 4 the previous window's (0 where below position 0).
-    # MASKED: read only if live (a scalar: the fused step loads them before knowing whether
-    # a window closes); else live is ignored.
-    j = tl.arange(0, COMPRESS_RATIO)
-    q_cur = p - COMPRESS_RATIO + 1 + j  # all >= 0 when a window closes: p + 1 >= R
-    if MASKED:
-        block_cur = tl.load(table + q_cur // BLOCK_SIZE, mask=live & (q_cur >= 0), other=0).to(tl.int64)
-    else:
-        block_cur = tl.load(table + q_cur // BLOCK_SIZE).to(tl.int64)
-    if OVERLAP:
-        q_prev = q_cur - COMPRESS_RATIO
-        valid_prev = q_prev >= 0
-        if MASKED:
-            valid_prev = valid_prev & live
-        block_prev = tl.load(table + q_prev // BLOCK_SIZE, mask=valid_prev, other=0).to(tl.int64)
-    else:
-        block_prev = block_cur  # unused
-    return block_cur, block_prev
-
-
-@triton.jit
-def _window_columns(
-    State_ptr,
-    state_block_stride,
-    state_row_stride,
-    block_cur,
-    block_prev,
-    out_row,
-    p,
-    col0,
-    own_row,
-    own_kv,
-    own_score,
-    own_ape,
-    HEAD_DIM: tl.constexpr,
-    STATE_WIDTH: tl.constexpr,
-    COMPRESS_RATIO: tl.constexpr,
-    OVERLAP: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PROGRAM_D: tl.constexpr,
-    OWN: tl.constexpr,
-):
-    # The entry of the window closed at position p (int64, p + 1 >= R), columns
-    # col0 .. col0 + PROGRAM_D of it, BLOCK_D at a time, from the blocks _window_blocks read.
-    # OWN (the fused decode step): a window row whose cache offset is own_row (the row this
-    # launch stores for the closing token; -1: none) takes its values from the token's
-    # inputs instead, kv from own_kv and score + ape from own_score and own_ape (row
-    # pointers), as the store computes them: the same bits, without waiting for the store.
-    # Every tile is loaded, masked and reduced exactly as without OWN (its read of that row
-    # is replaced), so each column's sums run in the same order (the tiles' layouts, and so
-    # the reductions, follow from the loads).
-    j = tl.arange(0, COMPRESS_RATIO)
-    q_cur = p - COMPRESS_RATIO + 1 + j  # all >= 0: p + 1 >= R
-    rows_cur = block_cur * state_block_stride + (q_cur % BLOCK_SIZE) * state_row_stride
-    if OWN:
-        own_cur = rows_cur == own_row
-    if OVERLAP:
-        q_prev = q_cur - COMPRESS_RATIO
-        valid_prev = q_prev >= 0
-        rows_prev = block_prev * state_block_stride + (q_prev % BLOCK_SIZE) * state_row_stride
-        if OWN:
-            own_prev = valid_prev & (rows_prev == own_row)
-        CUR_COL: tl.constexpr = HEAD_DIM
-    else:
-        CUR_COL: tl.constexpr = 0
-
-    for d0 in range(0, PROGRAM_D, BLOCK_D):
-        d = col0 + d0 + tl.arange(0, BLOCK_D)
-        if OWN:  # issued first, so that they are in flight with the tiles' loads
-            kv_own = tl.load(own_kv + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)
-            s_own = (tl.load(own_score + CUR_COL + d, mask=d < HEAD_DIM, other=0.0)
-                     + tl.load(own_ape + CUR_COL + d, mask=d < HEAD_DIM, other=0.0))
-            if OVERLAP:
-                kv_own_prev = tl.load(own_kv + d, mask=d < HEAD_DIM, other=0.0)
-                s_own_prev = (tl.load(own_score + d, mask=d < HEAD_DIM, other=0.0)
-                              + tl.load(own_ape + d, mask=d < HEAD_DIM, other=0.0))
-        d_mask = (d < HEAD_DIM)[None, :]
-        cur = State_ptr + rows_cur[:, None] + CUR_COL + d[None, :]
-        s_cur = tl.load(cur + STATE_WIDTH, mask=d_mask, other=0.0)
-        kv_cur = tl.load(cur, mask=d_mask, other=0.0)
-        if OWN:
-            s_cur = tl.where(own_cur[:, None], s_own[None, :], s_cur)
-            kv_cur = tl.where(own_cur[:, None], kv_own[None, :], kv_cur)
-        m = tl.max(s_cur, axis=0)
-        if OVERLAP:
-            prev = State_ptr + rows_prev[:, None] + d[None, :]
-            prev_mask = valid_prev[:, None] & d_mask
-            s_prev = tl.load(prev + STATE_WIDTH, mask=prev_mask, other=float("-inf"))
-            kv_prev = tl.load(prev, mask=prev_mask, other=0.0)
-            if OWN:
-                s_prev = tl.where(own_prev[:, None], s_own_prev[None, :], s_prev)
-                kv_prev = tl.where(own_prev[:, None], kv_own_prev[None, :], kv_prev)
-            m = tl.maximum(m, tl.max(s_prev, axis=0))
-        e_cur = tl.exp(s_cur - m[None, :])
-        num = tl.sum(e_cur * kv_cur, axis=0)
-        den = tl.sum(e_cur, axis=0)
-        if OVERLAP:
-            e_prev = tl.exp(s_prev - m[None, :])  # exp(-inf) = 0: rows before position 0
-            num += tl.sum(e_prev * kv_prev, axis=0)
-            den += tl.sum(e_prev, axis=0)
-        tl.store(out_row + d, num / den, mask=d < HEAD_DIM)
-
-
-@triton.jit
-def _window_entry(
-    State_ptr,
-    state_block_stride,
-    state_row_stride,
-    table,
-    out_row,
-    p,
-    col0,
-    HEAD_DIM: tl.constexpr,
-    STATE_WIDTH: tl.constexpr,
-    COMPRESS_RATIO: tl.constexpr,
-    OVERLAP: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PROGRAM_D: tl.constexpr,
-):
-    # The entry of the window closed at position p (int64, p + 1 >= R), columns
-    # col0 .. col0 + PROGRAM_D of it, BLOCK_D at a time; table: the request's block table row.
-    block_cur, block_prev = _window_blocks(table, p, True, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, False)
-    _window_columns(State_ptr, state_block_stride, state_row_stride, block_cur, block_prev, out_row, p, col0,
-                    -1, out_row, out_row, out_row, HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE,
-                    BLOCK_D, PROGRAM_D, False)
-
-
-@triton.jit(
-    do_not_specialize=["n_tokens", "n_chunks"],  # runtime sizes: one binary for all of them
-    do_not_specialize_on_alignment=["BlockTable_ptr", "Positions_ptr", "ReqIdx_ptr"],
-)
-def _compress_windows_kernel(
-    State_ptr,
-    state_block_stride,
-    state_row_stride,
-    BlockTable_ptr,
-    block_table_row_stride,
-    Positions_ptr,
-    ReqIdx_ptr,
-    Out_ptr,
-    out_row_stride,
-    n_tokens,
-    n_chunks,
-    HEAD_DIM: tl.constexpr,
-    STATE_WIDTH: tl.constexpr,
-    COMPRESS_RATIO: tl.constexpr,
-    OVERLAP: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PROGRAM_D: tl.constexpr,
-    SCAN: tl.constexpr,
-    USE_GDC: tl.constexpr,
-):
-    # Token i at position p, (p + 1) % R == 0, request r; row(q) = state row of slot
-    #   block_table[r, q // BLOCK_SIZE] * BLOCK_SIZE + q % BLOCK_SIZE, laid out [kv (W) | s (W)]:
-    #   current rows  q = p-R+1 .. p,   columns c = (HEAD_DIM if OVERLAP else 0) + d
-    #   previous rows q = p-2R+1 .. p-R (OVERLAP only), columns c = d, weight 0 where q < 0
-    #   out[i, d] = sum_q exp(s_q[c] - m[d]) * kv_q[c] / sum_q exp(s_q[c] - m[d]),  m[d] = max_q s_q[c]
-    # Program x * GROUPS + y: the tokens x + k * n_chunks, k < SCAN, below n_tokens (token x
-    # when SCAN == 1), columns y*PROGRAM_D .. y*PROGRAM_D + PROGRAM_D - 1 of their entries.
-    # The column groups of a chunk are neighbours in launch order, so they run together
-    # and read each state row whole (and the chunk's positions once from DRAM).
-    if USE_GDC:
-        # Launched with PDL: the store before us must have finished writing the rows.
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
-    if GROUPS == 1:
-        program = tl.program_id(0)
-        col0 = 0
-    else:
-        program = tl.program_id(0) // GROUPS
-        col0 = (tl.program_id(0) % GROUPS) * PROGRAM_D
-    if SCAN == 1:
-        token = program.to(tl.int64)
-        p = tl.load(Positions_ptr + token).to(tl.int64)
-        if (p + 1) % COMPRESS_RATIO != 0:
-            return
-        table = BlockTable_ptr + tl.load(ReqIdx_ptr + token).to(tl.int64) * block_table_row_stride
-        _window_entry(State_ptr, state_block_stride, state_row_stride, table, Out_ptr + token * out_row_stride,
-                      p, col0, HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
-    else:
-        lanes = tl.arange(0, SCAN)
-        tokens = program.to(tl.int64) + lanes.to(tl.int64) * n_chunks
-        live = tokens < n_tokens  # n_chunks * SCAN >= n_tokens: every token is in a chunk
-        # Both loads at once (requests of tokens closing no window are read and ignored).
-        positions = tl.load(Positions_ptr + tokens, mask=live, other=0).to(tl.int64)
-        requests = tl.load(ReqIdx_ptr + tokens, mask=live, other=0).to(tl.int64)
-        closing = live & ((positions + 1) % COMPRESS_RATIO == 0)
-        # The closing lanes in increasing order; SCAN when none is left.
-        lane = tl.min(tl.where(closing, lanes, SCAN), axis=0)
-        while lane < SCAN:
-            pick = lanes == lane
-            p = tl.sum(tl.where(pick, positions, 0), axis=0)
-            r = tl.sum(tl.where(pick, requests, 0), axis=0)
-            _window_entry(State_ptr, state_block_stride, state_row_stride, BlockTable_ptr + r * block_table_row_stride,
-                          Out_ptr + (program + lane.to(tl.int64) * n_chunks) * out_row_stride, p, col0,
-                          HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D)
-            lane = tl.min(tl.where(closing & (lanes > lane), lanes, SCAN), axis=0)
-
-
-
-
-def _chunk(tokens: int, head_dim: int, scan: int, program_d: int, min_programs: int | None = None) -> int:
-    """Tokens per program: the largest power of two <= ``scan`` leaving ``min_programs``
-    (default ``_MIN_PROGRAMS``) programs, or 1. Host arithmetic on the shape only (no
-    sync, graph-capturable)."""
-    min_programs = _MIN_PROGRAMS if min_programs is None else min_programs
-    chunk = 1
-    column_groups = cdiv(head_dim, program_d)
-    while chunk < scan and cdiv(tokens, 2 * chunk) * column_groups >= min_programs:
-        chunk *= 2
-    return chunk
-
-
-def _n_chunks(tokens: int, chunk: int) -> int:
-    """Chunks of at most ``chunk`` tokens: an odd number (see the module docstring), or
-    ``tokens`` when ``chunk == 1`` (a program per token)."""
-    n_chunks = cdiv(tokens, chunk)
-    return n_chunks if chunk == 1 or n_chunks % 2 else n_chunks + 1
-
-
-def _grid(n_chunks: int, head_dim: int, program_d: int) -> tuple[int]:
-    """One axis: (chunk, column group) pairs, the groups of a chunk next to each other."""
-    return (n_chunks * cdiv(head_dim, program_d),)
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys, launch_stride, public_call
+from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, runs_on_host, same_device, use_gdc
+from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
+                                ratio_geometry, resolve_pdl)
+from deepseek_v4.kernels.compressor import compress_windows_kernel
+from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
 
 class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"]):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine
-    kernel = _compress_windows_kernel
+    kernel = compress_windows_kernel
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -297,7 +61,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         positions_dtype: str  # int32 or int64: different binaries
         req_indices_dtype: str
         launch_pdl: bool
-        # the tiling (_tiling): constexprs and launch option of the binary
+        # the tiling (compressor_tiling): constexprs and launch option of the binary
         scan: int
         block_d: int
         program_d: int
@@ -315,7 +79,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         req_indices_dtype: torch.dtype,
         launch_pdl: bool = False,
     ) -> CompileKey:
-        tiling = _tiling(compress_ratio, head_dim)
+        tiling = compressor_tiling(compress_ratio, head_dim)
         return self.CompileKey(
             compress_ratio=compress_ratio,
             head_dim=head_dim,
@@ -339,9 +103,9 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
         launch_pdl: bool = False,
     ) -> list[CompileKey]:
-        """The keys of a deployment's layout (spec table), for each index dtype pair."""
-        layout = LAYOUTS.get(compress_ratio)
-        if head_dim <= 0 or layout is None:
+        """The keys of a deployment's geometry (spec table), for each index dtype pair."""
+        geometry = RATIOS.get(compress_ratio)
+        if head_dim <= 0 or geometry is None:
             return []
         dtypes = index_dtype_names(index_dtypes)
         rows = keys.product(positions_dtype=dtypes, req_indices_dtype=dtypes)
@@ -349,7 +113,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             lambda **row: self.dispatch(
                 compress_ratio=compress_ratio,
                 head_dim=head_dim,
-                block_size=layout.block_size,
+                block_size=geometry.block_size,
                 dtype=FLOAT_DTYPE,
                 block_table_dtype=torch.int32,
                 launch_pdl=launch_pdl,
@@ -364,7 +128,7 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         do), and a block table whose rows hold ``max_blocks`` entries, which varies with the
         deployment's context length."""
         dtype = getattr(torch, key.dtype)
-        width = layout_of(key.compress_ratio).state_width(key.head_dim)
+        width = ratio_geometry(key.compress_ratio).state_width(key.head_dim)
         return dict(
             state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
             block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
@@ -378,12 +142,12 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        layout = layout_of(key.compress_ratio)
+        geometry = ratio_geometry(key.compress_ratio)
         return dict(
             HEAD_DIM=key.head_dim,
-            STATE_WIDTH=layout.state_width(key.head_dim),
+            STATE_WIDTH=geometry.state_width(key.head_dim),
             COMPRESS_RATIO=key.compress_ratio,
-            OVERLAP=layout.overlap,
+            OVERLAP=geometry.overlap,
             BLOCK_SIZE=key.block_size,
             BLOCK_D=key.block_d,
             PROGRAM_D=key.program_d,
@@ -419,9 +183,9 @@ class CompressWindowsKernel(TritonJitKernel["CompressWindowsKernel.CompileKey"])
             launch_pdl=launch_pdl,
         )
         tokens = positions.shape[0]
-        n_chunks = _n_chunks(tokens, 1 if key.scan == 1 else _chunk(tokens, head_dim, key.scan, key.program_d))
+        n_chunks = chunk_count(tokens, 1 if key.scan == 1 else chunk_size(tokens, head_dim, key.scan, key.program_d))
         return LaunchSpec(
-            grid=_grid(n_chunks, head_dim, key.program_d),
+            grid=chunk_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(
                 State_ptr=state_cache,
                 state_block_stride=launch_stride(state_cache, 0),  # a cache of one block: any stride
@@ -462,10 +226,10 @@ def compress_windows(
     in memory. Every stride is below 2**31: the binaries keep them i32. Rows of tokens
     that close no window are left untouched. Runs after this step's store.
 
-    A block table too short for a position needs the positions' values. On the CPU they
-    are checked; on a GPU reading them would synchronise, so instead pass
-    ``max_position`` (an upper bound the engine knows, e.g. ``max_model_len - 1``) and
-    it is checked against ``block_table``'s width without touching the device.
+    A block table too short for a position needs the positions' values. In Triton's
+    interpreter (CPU tensors) they are checked; on a GPU reading them would synchronise, so
+    instead pass ``max_position`` (an upper bound the engine knows, e.g. ``max_model_len -
+    1``) and it is checked against ``block_table``'s width without touching the device.
     """
     device = check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim,
                                     block_size, max_position)
@@ -485,3 +249,74 @@ def compress_windows(
         )
     return out
 
+
+def check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio: int,
+                           head_dim: int, block_size: int, max_position: int | None) -> torch.device:
+    """``compress_windows``' argument checks (values too, where ``runs_on_host``); returns the device."""
+    geometry = ratio_geometry(compress_ratio)
+    check_int("head_dim", head_dim, minimum=1)
+    check_int("block_size", block_size, minimum=1)
+    if max_position is not None:
+        check_int("max_position", max_position, minimum=0)
+    check_float_tensor("state_cache", state_cache, 3)
+    check_float_tensor("out", out, 2, written=True)
+    check_index_tensor("positions", positions)
+    check_index_tensor("req_indices", req_indices)
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table: expected a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError(
+            f"block_table: must be int32 [requests, max_blocks], got {dtype_name(block_table.dtype)} "
+            f"{tuple(block_table.shape)}"
+        )
+    if block_table.shape[1] > 1 and block_table.stride(1) != 1:
+        raise ValueError(f"block_table: rows must be contiguous, got strides {block_table.stride()}")
+    check_strides_below_i32("block_table", block_table)
+    device = same_device(
+        state_cache=state_cache, block_table=block_table, positions=positions, req_indices=req_indices, out=out
+    )
+    width = geometry.state_width(head_dim)
+    tokens = positions.shape[0]
+    if state_cache.shape[1] != block_size:
+        raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
+    if state_cache.shape[2] < 2 * width:
+        raise ValueError(
+            f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "
+            f"at ratio {compress_ratio}"
+        )
+    if req_indices.shape[0] != tokens:
+        raise ValueError(f"req_indices: {req_indices.shape[0]} tokens, positions has {tokens}")
+    if out.shape[0] != tokens or out.shape[1] < head_dim:
+        raise ValueError(f"out: shape {tuple(out.shape)}, expected [{tokens}, >= head_dim={head_dim}]")
+    if max_position is not None and max_position // block_size >= block_table.shape[1]:
+        raise ValueError(
+            f"block_table: {block_table.shape[1]} blocks of {block_size} cannot hold max_position={max_position}"
+        )
+    if runs_on_host(positions) and tokens:
+        _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size)
+    return device
+
+
+def _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size) -> None:
+    """Checks that need the values: free in the interpreter, a device sync on a GPU."""
+    closing = (positions + 1) % compress_ratio == 0
+    if int(positions.min()) < 0:
+        raise ValueError("positions: must be >= 0")
+    if not bool(closing.any()):
+        return
+    requests = req_indices[closing].long()
+    if int(requests.min()) < 0 or int(requests.max()) >= block_table.shape[0]:
+        raise ValueError(f"req_indices: a closing token's request is outside [0, {block_table.shape[0]})")
+    last_block = positions[closing].long() // block_size
+    if int(last_block.max()) >= block_table.shape[1]:
+        raise ValueError(
+            f"block_table: {block_table.shape[1]} blocks of {block_size} are too short for position "
+            f"{int(positions[closing].max())}"
+        )
+    window = 2 * compress_ratio if RATIOS[compress_ratio].overlap else compress_ratio
+    first_block = (positions[closing].long() - window + 1).clamp(min=0) // block_size
+    columns = torch.arange(block_table.shape[1], device=block_table.device)
+    used = (columns >= first_block[:, None]) & (columns <= last_block[:, None])
+    blocks = block_table[requests][used]
+    if int(blocks.min()) < 0 or int(blocks.max()) >= state_cache.shape[0]:
+        raise ValueError(f"block_table: a block a window reads is outside the cache's [0, {state_cache.shape[0]})")

@@ -7,20 +7,22 @@ one token in 128 closes a window): it stores those columns of the tokens' ``[kv 
 ape]`` rows (of both halves at ratio 4, where the entry's column ``d`` reads row column
 ``head_dim + d`` of the token's own window), and for each of its tokens that closes a
 window it computes the same columns of the entry with the compressor's own code
-(``_window_columns``): the same tiles, loads and reductions, so the same floating-point
+(``window_columns``): the same tiles, loads and reductions, so the same floating-point
 operations in the same order. The one row of the window that this launch writes, the
 closing token's own, it takes from the token's inputs (``kv``, and ``score + ape`` added
 as the store adds it: the same bits) rather than from the cache, so the window's reads
 need not wait for the store and no barrier is needed. The bytes equal store-then-compress
 (``docs/spec/deepseek-v4-compressor.md``) as long as no other token of the batch stores
-a row that a closing token's window reads: true of a decode batch, checked on the CPU.
+a row that a closing token's window reads: true of a decode batch, checked in Triton's
+interpreter.
 
-The tiling (``decode_tiling``) is free where the bits do not depend on it: how many
-column groups and tokens a program takes. What they do depend on, each window tile's
-shape and warps (the layout its reductions follow), is the compressor's, or at ratio 4 one
-that reduces each column's rows in the same order (all of a column's rows in one thread:
-``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks
-that in the compiled code.
+The tiling (``deepseek_v4.tiling.decode_tiling``) is free where the bits do not depend on
+it: how many column groups and tokens a program takes. What they do depend on, each window
+tile's shape and warps (the layout its reductions follow), is the compressor's, or at
+ratio 4 one that reduces each column's rows in the same order (all of a column's rows in
+one thread: ``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py``
+checks that in the compiled code. The kernel's Triton source:
+``deepseek_v4.kernels.decode_step``.
 """
 
 from __future__ import annotations
@@ -29,178 +31,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys, launch_stride
-from jitkern import public_call
-from deepseek_v4._compressor_host import check_compress_windows
-from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling, decode_tiling
-from deepseek_v4.common import FLOAT_DTYPE, LAYOUTS, dtype_name, index_dtype_names, layout_of, resolve_pdl, use_gdc
-from deepseek_v4.compressor import _chunk, _grid, _window_blocks, _window_columns
+from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, cdiv, kernel_launcher, keys, launch_stride,
+                     public_call)
+from jitkern.kernel.validation import dtype_name, runs_on_host, use_gdc
+from deepseek_v4.common import FLOAT_DTYPE, RATIOS, index_dtype_names, ratio_geometry, resolve_pdl
+from deepseek_v4.compressor import check_compress_windows
+from deepseek_v4.kernels.decode_step import decode_step_kernel
 from deepseek_v4.save_partial_states import check_save_partial_states
-
-
-@triton.jit(
-    # Only the store's reads and writes gain from specialising (vector loads of kv and score);
-    # the table's stride, the entry's row (written by one token in R) and the sizes get no
-    # binaries of their own.
-    do_not_specialize=["block_table_row_stride", "out_row_stride", "n_tokens", "n_chunks"],
-    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr", "BlockTable_ptr", "ReqIdx_ptr", "Out_ptr"],
-)
-def _decode_step_kernel(
-    KV_ptr,
-    kv_row_stride,
-    Score_ptr,
-    score_row_stride,
-    Ape_ptr,
-    ape_row_stride,
-    Positions_ptr,
-    Slot_ptr,
-    State_ptr,
-    state_block_stride,
-    state_row_stride,
-    BlockTable_ptr,
-    block_table_row_stride,
-    ReqIdx_ptr,
-    Out_ptr,
-    out_row_stride,
-    n_tokens,
-    n_chunks,
-    HEAD_DIM: tl.constexpr,
-    STATE_WIDTH: tl.constexpr,
-    COMPRESS_RATIO: tl.constexpr,
-    OVERLAP: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PROGRAM_D: tl.constexpr,
-    SCAN: tl.constexpr,
-    USE_GDC: tl.constexpr,
-):
-    # Program x * GROUPS + g: entry columns d in [g*PROGRAM_D, (g+1)*PROGRAM_D) of the tokens
-    # x + k * n_chunks, k < SCAN, below n_tokens (token x when SCAN == 1). For each token t:
-    # 1. slot[t] >= 0: row = state row of the slot; for each half h (2 at ratio 4, else 1),
-    #    c = h*HEAD_DIM + d: row[c] = kv[t, c], row[STATE_WIDTH + c] = score[t, c] + ape[p % R, c].
-    # 2. (p + 1) % R == 0: out[t, d] = the window entry, exactly as _compress_windows_kernel
-    #    (the same tiles, loads and reductions), except that the window row the store
-    #    writes in this launch (the token's own) comes from the token's inputs, not the cache.
-    # The loads that need nothing come first (positions, slots, requests, kv, score),
-    # then those that need them (ape; the closing token's block table entries), then the
-    # stores, then the window's rows: three dependent rounds to memory for a closing token,
-    # two for the others, and no barrier.
-    if USE_GDC:
-        # Launched with PDL: wait for the kernel before us; let the next one start its prologue.
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    GROUPS: tl.constexpr = (HEAD_DIM + PROGRAM_D - 1) // PROGRAM_D
-    HALVES: tl.constexpr = STATE_WIDTH // HEAD_DIM
-    if GROUPS == 1:
-        program = tl.program_id(0)
-        col0 = 0
-    else:
-        program = tl.program_id(0) // GROUPS
-        col0 = (tl.program_id(0) % GROUPS) * PROGRAM_D
-    d = col0 + tl.arange(0, PROGRAM_D)
-    if SCAN == 1:
-        token = program.to(tl.int64)  # 64-bit offsets: caches exceed 2**31 elements
-        p = tl.load(Positions_ptr + token).to(tl.int64)
-        slot = tl.load(Slot_ptr + token).to(tl.int64)
-        request = tl.load(ReqIdx_ptr + token).to(tl.int64)
-        col_ok = d < HEAD_DIM
-        # kv and score of padding tokens are read too (their rows exist), as the store does.
-        kv0 = tl.load(KV_ptr + token * kv_row_stride + d, mask=col_ok)
-        score0 = tl.load(Score_ptr + token * score_row_stride + d, mask=col_ok)
-        if HALVES == 2:
-            kv1 = tl.load(KV_ptr + token * kv_row_stride + HEAD_DIM + d, mask=col_ok)
-            score1 = tl.load(Score_ptr + token * score_row_stride + HEAD_DIM + d, mask=col_ok)
-        closing = (p + 1) % COMPRESS_RATIO == 0  # like compress_windows, whatever the slot
-        table = BlockTable_ptr + request * block_table_row_stride
-        block_cur, block_prev = _window_blocks(table, p, closing, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
-        write = col_ok & (slot >= 0)  # padding tokens (slot -1) store nothing, read no ape
-        ape = Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride
-        ape0 = tl.load(ape + d, mask=write)
-        if HALVES == 2:
-            ape1 = tl.load(ape + HEAD_DIM + d, mask=write)
-        own_row = (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
-        row = State_ptr + own_row
-        tl.store(row + d, kv0, mask=write)
-        tl.store(row + STATE_WIDTH + d, score0 + ape0, mask=write)
-        if HALVES == 2:
-            tl.store(row + HEAD_DIM + d, kv1, mask=write)
-            tl.store(row + STATE_WIDTH + HEAD_DIM + d, score1 + ape1, mask=write)
-        if closing:
-            _window_columns(State_ptr, state_block_stride, state_row_stride, block_cur, block_prev,
-                            Out_ptr + token * out_row_stride, p, col0, tl.where(slot >= 0, own_row, -1),
-                            KV_ptr + token * kv_row_stride, Score_ptr + token * score_row_stride, ape,
-                            HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D, True)
-    else:
-        lanes = tl.arange(0, SCAN)
-        tokens = program.to(tl.int64) + lanes.to(tl.int64) * n_chunks
-        live = tokens < n_tokens  # n_chunks * SCAN >= n_tokens: every token is in a chunk
-        positions = tl.load(Positions_ptr + tokens, mask=live, other=0).to(tl.int64)
-        slots = tl.load(Slot_ptr + tokens, mask=live, other=-1).to(tl.int64)
-        requests = tl.load(ReqIdx_ptr + tokens, mask=live, other=0).to(tl.int64)
-        col_ok = (d < HEAD_DIM)[None, :]
-        read = live[:, None] & col_ok
-        kv_at = KV_ptr + tokens[:, None] * kv_row_stride + d[None, :]
-        score_at = Score_ptr + tokens[:, None] * score_row_stride + d[None, :]
-        kv0 = tl.load(kv_at, mask=read)
-        score0 = tl.load(score_at, mask=read)
-        if HALVES == 2:
-            kv1 = tl.load(kv_at + HEAD_DIM, mask=read)
-            score1 = tl.load(score_at + HEAD_DIM, mask=read)
-        closing = live & ((positions + 1) % COMPRESS_RATIO == 0)
-        # The closing lanes in increasing order (SCAN when none is left); the first one's
-        # block table entries are read with ape, before the stores.
-        lane = tl.min(tl.where(closing, lanes, SCAN), axis=0)
-        pick = lanes == lane
-        p = tl.sum(tl.where(pick, positions, 0), axis=0)
-        request = tl.sum(tl.where(pick, requests, 0), axis=0)
-        block_cur, block_prev = _window_blocks(BlockTable_ptr + request * block_table_row_stride, p, lane < SCAN,
-                                               COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
-        write = (slots >= 0)[:, None] & col_ok
-        ape_at = Ape_ptr + ((positions % COMPRESS_RATIO) * ape_row_stride)[:, None] + d[None, :]
-        ape0 = tl.load(ape_at, mask=write)
-        if HALVES == 2:
-            ape1 = tl.load(ape_at + HEAD_DIM, mask=write)
-        own_rows = (slots // BLOCK_SIZE) * state_block_stride + (slots % BLOCK_SIZE) * state_row_stride
-        rows = State_ptr + own_rows[:, None] + d[None, :]
-        tl.store(rows, kv0, mask=write)
-        tl.store(rows + STATE_WIDTH, score0 + ape0, mask=write)
-        if HALVES == 2:
-            tl.store(rows + HEAD_DIM, kv1, mask=write)
-            tl.store(rows + STATE_WIDTH + HEAD_DIM, score1 + ape1, mask=write)
-        while lane < SCAN:
-            token = program.to(tl.int64) + lane.to(tl.int64) * n_chunks
-            own_slot = tl.sum(tl.where(pick, slots, 0), axis=0)
-            own_row = tl.where(own_slot >= 0, tl.sum(tl.where(pick, own_rows, 0), axis=0), -1)  # -1: padding
-            # The next closing lane's table entries are read while this window's rows are.
-            lane_next = tl.min(tl.where(closing & (lanes > lane), lanes, SCAN), axis=0)
-            pick = lanes == lane_next
-            p_next = tl.sum(tl.where(pick, positions, 0), axis=0)
-            request = tl.sum(tl.where(pick, requests, 0), axis=0)
-            next_cur, next_prev = _window_blocks(BlockTable_ptr + request * block_table_row_stride, p_next,
-                                                 lane_next < SCAN, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, True)
-            _window_columns(State_ptr, state_block_stride, state_row_stride, block_cur, block_prev,
-                            Out_ptr + token * out_row_stride, p, col0, own_row,
-                            KV_ptr + token * kv_row_stride, Score_ptr + token * score_row_stride,
-                            Ape_ptr + (p % COMPRESS_RATIO) * ape_row_stride,
-                            HEAD_DIM, STATE_WIDTH, COMPRESS_RATIO, OVERLAP, BLOCK_SIZE, BLOCK_D, PROGRAM_D, True)
-            lane = lane_next
-            p = p_next
-            block_cur = next_cur
-            block_prev = next_prev
-
-
-# Ratio 128: a program takes up to SCAN tokens, as few as still leave this many programs
-# (chunks x column groups); see _chunk.
-_MIN_PROGRAMS = 512
+from deepseek_v4.tiling import DECODE_MIN_PROGRAMS, chunk_grid, chunk_size, decode_tiling
 
 
 class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
-    kernel = _decode_step_kernel
+    kernel = decode_step_kernel
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -257,9 +102,9 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
         launch_pdl: bool = False,
     ) -> list[CompileKey]:
-        """The keys of a deployment's layout (spec table), for each triple of index dtypes."""
-        layout = LAYOUTS.get(compress_ratio)
-        if head_dim <= 0 or layout is None:
+        """The keys of a deployment's geometry (spec table), for each triple of index dtypes."""
+        geometry = RATIOS.get(compress_ratio)
+        if head_dim <= 0 or geometry is None:
             return []
         dtypes = index_dtype_names(index_dtypes)
         rows = keys.product(positions_dtype=dtypes, slot_mapping_dtype=dtypes, req_indices_dtype=dtypes)
@@ -267,7 +112,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             lambda **row: self.dispatch(
                 compress_ratio=compress_ratio,
                 head_dim=head_dim,
-                block_size=layout.block_size,
+                block_size=geometry.block_size,
                 dtype=FLOAT_DTYPE,
                 block_table_dtype=torch.int32,
                 launch_pdl=launch_pdl,
@@ -282,7 +127,7 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         (aligned), a block table whose rows hold ``max_blocks`` entries (varying with the
         context length)."""
         dtype = getattr(torch, key.dtype)
-        width = layout_of(key.compress_ratio).state_width(key.head_dim)
+        width = ratio_geometry(key.compress_ratio).state_width(key.head_dim)
         return dict(
             kv=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1)),
             score=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1), aligned=(4 * width) % 16 == 0),
@@ -300,12 +145,12 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
         )
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        layout = layout_of(key.compress_ratio)
+        geometry = ratio_geometry(key.compress_ratio)
         return dict(
             HEAD_DIM=key.head_dim,
-            STATE_WIDTH=layout.state_width(key.head_dim),
+            STATE_WIDTH=geometry.state_width(key.head_dim),
             COMPRESS_RATIO=key.compress_ratio,
-            OVERLAP=layout.overlap,
+            OVERLAP=geometry.overlap,
             BLOCK_SIZE=key.block_size,
             BLOCK_D=key.block_d,
             PROGRAM_D=key.program_d,
@@ -346,9 +191,9 @@ class DecodeStepKernel(TritonJitKernel["DecodeStepKernel.CompileKey"]):
             launch_pdl=launch_pdl,
         )
         tokens = positions.shape[0]
-        n_chunks = cdiv(tokens, _chunk(tokens, head_dim, key.scan, key.program_d, _MIN_PROGRAMS))
+        n_chunks = cdiv(tokens, chunk_size(tokens, head_dim, key.scan, key.program_d, DECODE_MIN_PROGRAMS))
         return LaunchSpec(
-            grid=_grid(n_chunks, head_dim, key.program_d),
+            grid=chunk_grid(n_chunks, head_dim, key.program_d),
             kwargs=dict(
                 KV_ptr=kv,
                 kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
@@ -403,13 +248,14 @@ def decode_step(
 
     The result equals the two launches' only if no token stores a row that another
     token's window reads (a decode batch: one token per request; a prefill or a verify
-    step would race). On the CPU that is checked; on a GPU it is the caller's promise.
+    step would race). In Triton's interpreter (CPU tensors) that is checked; on a GPU it is
+    the caller's promise.
     """
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
     check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim, block_size,
                            max_position)
-    width = layout_of(compress_ratio).state_width(head_dim)
+    width = ratio_geometry(compress_ratio).state_width(head_dim)
     if state_width != width:
         raise ValueError(f"state_width: {state_width}, but compress_windows reads scores at W = {width} "
                          f"(head_dim={head_dim}, ratio {compress_ratio})")
@@ -417,7 +263,7 @@ def decode_step(
         raise ValueError(f"kv: width {kv.shape[1]}, expected W = {width}: the fused store writes whole state halves")
     launch_pdl = resolve_pdl(pdl_kwargs, device)
     tokens = positions.shape[0]
-    if device.type == "cpu" and tokens:
+    if runs_on_host(positions) and tokens:
         _check_no_row_is_shared(positions, slot_mapping, block_table, req_indices, compress_ratio, block_size)
     if tokens:
         DecodeStepKernel()(kv, score, ape, positions, state_cache, slot_mapping, block_table, req_indices, out,
@@ -427,12 +273,12 @@ def decode_step(
 
 def _check_no_row_is_shared(positions, slot_mapping, block_table, req_indices, compress_ratio, block_size) -> None:
     """No closing token's window reads a slot another token stores in this launch (the two
-    would race): needs the values, so on the CPU only."""
+    would race): needs the values, so only where ``runs_on_host``."""
     closing = (positions + 1) % compress_ratio == 0
     stored = slot_mapping[slot_mapping >= 0].long()
     if not bool(closing.any()) or not stored.numel():
         return
-    window = 2 * compress_ratio if LAYOUTS[compress_ratio].overlap else compress_ratio
+    window = 2 * compress_ratio if RATIOS[compress_ratio].overlap else compress_ratio
     q = positions[closing].long()[:, None] - torch.arange(window, device=positions.device)
     valid = q >= 0
     q = q.clamp(min=0)

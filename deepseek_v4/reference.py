@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 
 
 def save_partial_states_ref(
@@ -57,7 +57,7 @@ def window_rows(p: int, compress_ratio: int, head_dim: int) -> list[tuple[int, s
     positions below 0 weigh nothing, so they are left out.
     """
     d = head_dim
-    if LAYOUTS[compress_ratio].overlap:
+    if RATIOS[compress_ratio].overlap:
         previous = [(q, slice(0, d)) for q in range(p - 2 * compress_ratio + 1, p - compress_ratio + 1)]
         current = [(q, slice(d, 2 * d)) for q in range(p - compress_ratio + 1, p + 1)]
         return [(q, cols) for q, cols in previous + current if q >= 0]
@@ -75,7 +75,7 @@ def compress_windows_ref(
     block_size: int,
 ) -> torch.Tensor:
     """In place on ``out``: each token that closes a window gets its entry; others untouched."""
-    width = LAYOUTS[compress_ratio].state_width(head_dim)
+    width = RATIOS[compress_ratio].state_width(head_dim)
     for i in range(positions.shape[0]):
         p, r = int(positions[i]), int(req_indices[i])
         if (p + 1) % compress_ratio != 0:

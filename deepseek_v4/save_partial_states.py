@@ -2,8 +2,9 @@
 
 Tokens of a window that has not closed wait in the cache until the window's last token
 arrives (``docs/spec/deepseek-v4-compressor.md``). A program stores a tile of a few
-tokens' rows (or a part of one long row: ``store_tiling``); padding tokens (slot -1)
-write nothing, and nothing else of the cache is touched.
+tokens' rows (or a part of one long row: ``deepseek_v4.tiling.store_tiling``); padding
+tokens (slot -1) write nothing, and nothing else of the cache is touched. The kernel's
+Triton source: ``deepseek_v4.kernels.save_partial_states``.
 """
 
 from __future__ import annotations
@@ -12,121 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 
-from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, launch_stride
-from jitkern import public_call
-from jitkern import cdiv, kernel_launcher, keys, next_power_of_2
-from jitkern.kernel.validation import check_int, first_outside
-from deepseek_v4.common import (
-    FLOAT_DTYPE,
-    INDEX_DTYPES,
-    LAYOUTS,
-    check_float_tensor,
-    check_index_tensor,
-    check_same_device,
-    dtype_name,
-    index_dtype_names,
-    layout_of,
-    resolve_pdl,
-    use_gdc,
-)
-
-_INDEX_DTYPES = tuple(INDEX_DTYPES.values())
-
-
-@triton.jit(
-    do_not_specialize=["n_tokens"],  # a runtime size: one binary for all of them
-    do_not_specialize_on_alignment=["Positions_ptr", "Slot_ptr"],
-)
-def _save_partial_states_kernel(
-    KV_ptr,
-    kv_row_stride,
-    Score_ptr,
-    score_row_stride,
-    Ape_ptr,
-    ape_row_stride,
-    Positions_ptr,
-    State_ptr,
-    state_block_stride,
-    state_row_stride,
-    Slot_ptr,
-    n_tokens,
-    HEAD_SIZE: tl.constexpr,
-    STATE_WIDTH: tl.constexpr,
-    COMPRESS_RATIO: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
-    TOKENS: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-    USE_GDC: tl.constexpr,
-):
-    # For token i with slot s = slot[i] >= 0, row = state[s // BLOCK_SIZE, s % BLOCK_SIZE]:
-    #   row[0 : H]                        = kv[i, 0:H]
-    #   row[STATE_WIDTH : STATE_WIDTH + H] = score[i, 0:H] + ape[positions[i] % COMPRESS_RATIO, 0:H]
-    # Program x * GROUPS + y: tokens x*TOKENS .. x*TOKENS + TOKENS - 1 below n_tokens, columns
-    # y*BLOCK_H .. y*BLOCK_H + BLOCK_H - 1 below H (the groups of a token are launch neighbours).
-    GROUPS: tl.constexpr = (HEAD_SIZE + BLOCK_H - 1) // BLOCK_H
-    if GROUPS == 1:
-        first = tl.program_id(0).to(tl.int64) * TOKENS  # 64-bit offsets: caches exceed 2**31 elements
-        cols = tl.arange(0, BLOCK_H)
-    else:
-        first = (tl.program_id(0) // GROUPS).to(tl.int64) * TOKENS
-        cols = (tl.program_id(0) % GROUPS) * BLOCK_H + tl.arange(0, BLOCK_H)
-    tokens = first + tl.arange(0, TOKENS)
-    live = tokens < n_tokens
-    col_ok = (cols < HEAD_SIZE)[None, :]
-    if USE_GDC:
-        # Launched with PDL: wait until the kernel before us has finished writing our
-        # inputs; let the next kernel start its prologue (it waits for us the same way).
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
-    # Every load that needs no other is issued at once: kv and score of padding tokens are
-    # read too (their rows exist), so that only ape and the stores wait for slots/positions.
-    slot = tl.load(Slot_ptr + tokens, mask=live, other=-1).to(tl.int64)
-    position = tl.load(Positions_ptr + tokens, mask=live, other=0)
-    read = live[:, None] & col_ok
-    kv = tl.load(KV_ptr + tokens[:, None] * kv_row_stride + cols[None, :], mask=read)
-    score = tl.load(Score_ptr + tokens[:, None] * score_row_stride + cols[None, :], mask=read)
-    write = (slot >= 0)[:, None] & col_ok  # padding tokens (slot -1) write nothing, read no ape
-    ape_row = (position % COMPRESS_RATIO) * ape_row_stride
-    ape = tl.load(Ape_ptr + ape_row[:, None] + cols[None, :], mask=write)
-    row = State_ptr + (slot // BLOCK_SIZE) * state_block_stride + (slot % BLOCK_SIZE) * state_row_stride
-    row = row[:, None] + cols[None, :]
-    tl.store(row, kv, mask=write)
-    tl.store(row + STATE_WIDTH, score + ape, mask=write)
-
-
-@dataclass(frozen=True)
-class StoreTiling:
-    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
-
-    tokens: int  # tokens per program: a [tokens, block_h] tile
-    block_h: int  # columns per program (a power of two): cdiv(H, block_h) programs per token group
-    num_warps: int
-
-
-def store_tiling(head_size: int) -> StoreTiling:
-    """The shipped tiling of a row of ``head_size`` floats, as the H200 sweep chose it
-    (``benchmarks/device/sweep_store.py``, device notes 38).
-
-    One warp per program, each moving 256-512 floats of kv and of score: rows of 512 and
-    more are split in 512-column groups, rows of 128 are paired (two tokens a program).
-    At 64K tokens this gave 0.94 / 0.94 / 0.93 / 0.90 of copy for H = 1024 / 512 / 256 /
-    128, where 4 warps and 1024 floats a program gave 0.93 / 0.92 / 0.91 / 0.88.
-    """
-    block_h = min(512, next_power_of_2(head_size))
-    return StoreTiling(tokens=max(1, 256 // block_h), block_h=block_h, num_warps=1)
-
-
-def _grid(n_tokens: int, head_size: int, tokens: int, block_h: int) -> tuple[int]:
-    """One axis: (token group, column group) pairs, the column groups of a token group adjacent."""
-    return (cdiv(n_tokens, tokens) * cdiv(head_size, block_h),)
+from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher, keys, launch_stride, public_call
+from jitkern.kernel.validation import check_int, dtype_name, first_outside, runs_on_host, same_device, use_gdc
+from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
+                                ratio_geometry, resolve_pdl)
+from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
+from deepseek_v4.tiling import store_grid, store_tiling
 
 
 class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKey"]):
     name = "deepseek_v4.save_partial_states"
-    kernel = _save_partial_states_kernel
+    kernel = save_partial_states_kernel
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -178,12 +76,12 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
         launch_pdl: bool = False,
     ) -> list[CompileKey]:
-        """The keys of a deployment's layout (spec table), for each index dtype pair.
+        """The keys of a deployment's geometry (spec table), for each index dtype pair.
         ``launch_pdl``: the deployment launches with PDL (Hopper and newer)."""
-        layout = LAYOUTS.get(compress_ratio)
-        if head_dim <= 0 or layout is None:
+        geometry = RATIOS.get(compress_ratio)
+        if head_dim <= 0 or geometry is None:
             return []
-        width = layout.state_width(head_dim)
+        width = geometry.state_width(head_dim)
         rows = keys.product(
             positions_dtype=index_dtype_names(index_dtypes), slot_mapping_dtype=index_dtype_names(index_dtypes)
         )
@@ -192,7 +90,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
                 head_size=width,
                 state_width=width,
                 compress_ratio=compress_ratio,
-                block_size=layout.block_size,
+                block_size=geometry.block_size,
                 dtype=FLOAT_DTYPE,
                 launch_pdl=launch_pdl,
                 **row,
@@ -259,7 +157,7 @@ class SavePartialStatesKernel(TritonJitKernel["SavePartialStatesKernel.CompileKe
         )
         tokens = slot_mapping.shape[0]
         return LaunchSpec(
-            grid=_grid(tokens, key.head_size, key.tokens, key.block_h),
+            grid=store_grid(tokens, key.head_size, key.tokens, key.block_h),
             kwargs=dict(
                 KV_ptr=kv,
                 kv_row_stride=launch_stride(kv, 0, usual=2 * kv.shape[1]),  # one token: as its stand-in's
@@ -306,8 +204,8 @@ def save_partial_states(
     where the GPU supports it (sm_90+), and is ignored elsewhere.
 
     Everything checkable from shapes and dtypes is checked before the launch, without
-    reading device memory. Slots and positions are values: they are checked only when
-    the tensors are on the CPU (tests, the interpreter), never on a GPU's hot path.
+    reading device memory. Slots and positions are values: they are checked only where the
+    kernels run in Triton's interpreter on CPU tensors (tests), never on a GPU's hot path.
     """
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
@@ -329,15 +227,15 @@ def save_partial_states(
 
 def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,
                               state_width: int, compress_ratio: int) -> torch.device:
-    """``save_partial_states``' argument checks (values too, on the CPU); returns the device."""
-    layout_of(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
+    """``save_partial_states``' argument checks (values too, where ``runs_on_host``); returns the device."""
+    ratio_geometry(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
     check_float_tensor("kv", kv, 2)
     check_float_tensor("score", score, 2)
     check_float_tensor("ape", ape, 2)
     check_float_tensor("state_cache", state_cache, 3, written=True)
-    check_index_tensor("positions", positions, _INDEX_DTYPES)
-    check_index_tensor("slot_mapping", slot_mapping, _INDEX_DTYPES)
-    device = check_same_device(
+    check_index_tensor("positions", positions)
+    check_index_tensor("slot_mapping", slot_mapping)
+    device = same_device(
         kv=kv, score=score, ape=ape, positions=positions, state_cache=state_cache, slot_mapping=slot_mapping
     )
     tokens, head_size = kv.shape
@@ -360,13 +258,13 @@ def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mappi
         raise ValueError(
             f"state_cache: last dim {state_cache.shape[2]} < state_width + H = {state_width} + {head_size}"
         )
-    if device.type == "cpu" and tokens:
+    if runs_on_host(positions) and tokens:
         _check_values_on_host(positions, state_cache, slot_mapping, block_size)
     return device
 
 
 def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:
-    """Slot and position checks that need the values: free on the CPU, a sync on a GPU."""
+    """Slot and position checks that need the values: free in the interpreter, a sync on a GPU."""
     stored = slot_mapping >= 0  # padding tokens' positions are never read
     if bool(stored.any()) and int(positions[stored].min()) < 0:
         raise ValueError("positions: must be >= 0 (the kernel's % truncates, Python's floors)")

@@ -7,13 +7,11 @@ key: each compiles on first use.
 from __future__ import annotations
 
 from jitkern import cdiv
-
-from deepseek_v4._decode_tiling import DecodeTiling, check_decode_tiling
-from deepseek_v4.compressor import CompressWindowsKernel, _chunk, _grid, _n_chunks
-from deepseek_v4.decode_step import _MIN_PROGRAMS as DECODE_MIN_PROGRAMS
+from deepseek_v4.compressor import CompressWindowsKernel
 from deepseek_v4.decode_step import DecodeStepKernel
-from deepseek_v4.save_partial_states import SavePartialStatesKernel, StoreTiling
-from deepseek_v4.save_partial_states import _grid as _store_grid
+from deepseek_v4.save_partial_states import SavePartialStatesKernel
+from deepseek_v4.tiling import (DECODE_MIN_PROGRAMS, DecodeTiling, StoreTiling, check_decode_tiling, chunk_count,
+                                chunk_grid, chunk_size, store_grid)
 
 
 def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, block_d: int | None = None,
@@ -21,7 +19,7 @@ def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, bloc
                             min_programs: int | None = None) -> None:
     """Launch ``inputs`` with tiling choices replaced (benchmark sweeps only: the
     variants are not warmup keys and compile on first use). ``program_d`` defaults to
-    ``block_d``; ``chunk`` to the one ``min_programs`` (default ``_MIN_PROGRAMS``) picks."""
+    ``block_d``; ``chunk`` to the one ``min_programs`` (default ``MIN_PROGRAMS``) picks."""
     kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
     head_dim, tokens, scan = kwargs["HEAD_DIM"], kwargs["n_tokens"], kwargs["SCAN"]
     if block_d is not None:
@@ -33,12 +31,11 @@ def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, bloc
         kwargs["num_warps"] = num_warps
     if scan > 1:
         if chunk is None:
-            chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
+            chunk = chunk_size(tokens, head_dim, scan, kwargs["PROGRAM_D"], min_programs)
         if not 1 <= chunk <= scan:
             raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
-        kwargs["n_chunks"] = _n_chunks(tokens, chunk)
-    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
-
+        kwargs["n_chunks"] = chunk_count(tokens, chunk)
+    kernel.kernel[chunk_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 
 def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: DecodeTiling | None = None, *,
@@ -54,13 +51,12 @@ def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: Dec
                       num_warps=tiling.num_warps)
     scan = kwargs["SCAN"]
     if chunk is None:
-        chunk = _chunk(tokens, head_dim, scan, kwargs["PROGRAM_D"],
-                       DECODE_MIN_PROGRAMS if min_programs is None else min_programs)
+        chunk = chunk_size(tokens, head_dim, scan, kwargs["PROGRAM_D"],
+                            DECODE_MIN_PROGRAMS if min_programs is None else min_programs)
     if not 1 <= chunk <= scan:
         raise ValueError(f"chunk: must be in [1, {scan}], got {chunk}")
     kwargs["n_chunks"] = cdiv(tokens, chunk)
-    kernel.kernel[_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
-
+    kernel.kernel[chunk_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 
 def store_sweep_launch(kernel: SavePartialStatesKernel, inputs: dict, tiling: StoreTiling) -> None:
@@ -68,4 +64,4 @@ def store_sweep_launch(kernel: SavePartialStatesKernel, inputs: dict, tiling: St
     their tests only. The variant is no warmup key and compiles on first use."""
     kwargs = kernel.triton_kwargs(kernel.launch_spec(**inputs))
     kwargs.update(TOKENS=tiling.tokens, BLOCK_H=tiling.block_h, num_warps=tiling.num_warps)
-    kernel.kernel[_store_grid(kwargs["n_tokens"], kwargs["HEAD_SIZE"], tiling.tokens, tiling.block_h)](**kwargs)
+    kernel.kernel[store_grid(kwargs["n_tokens"], kwargs["HEAD_SIZE"], tiling.tokens, tiling.block_h)](**kwargs)

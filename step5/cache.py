@@ -8,7 +8,7 @@ import torch
 
 from jitkern.kernel.validation import check_int
 from step5.ops import summary_update
-from step5.ops._validate import check_index
+from step5.ops.validate import check_index
 from step5.ring import Step5CSATailRing, as_device
 
 REGION = 8
@@ -75,7 +75,7 @@ class Step5SparseSummaryCache:
     """
 
     def __init__(self, mean: torch.Tensor):
-        summary_update.summary_layout(mean)  # validates
+        summary_update.summary_geometry(mean)  # validates
         self.mean = mean
 
     @property

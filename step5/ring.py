@@ -19,6 +19,7 @@ from typing import Hashable, Sequence
 import torch
 
 from jitkern.kernel.grid import cdiv
+from jitkern.kernel.validation import INDEX_DTYPES
 
 REGION = 8
 RING_ROW = 512  # [key (256) | z (256)], bf16
@@ -104,7 +105,7 @@ class Step5CSATailRing:
         for name, value in (("max_requests", max_requests), ("max_tokens", max_tokens)):
             if value < 1:
                 raise ValueError(f"{name}: {value} must be positive")
-        if index_dtype not in (torch.int32, torch.int64):
+        if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
         device = as_device(device)
         self.capacity = capacity

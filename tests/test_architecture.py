@@ -131,7 +131,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.parametrize("package", ["jitkern"])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_module_imports_another_modules_private_name(package):
     private = [f"{module}:{line} imports {target}.{name}" for module, edges in graph(package).items()
                for target, names, line in edges for name in names

@@ -59,7 +59,7 @@ def foreign_merges(binary) -> str:
 
 
 def check(path: str, dry: bool) -> list[tuple]:
-    from step5.ops._summary_math import target_paths
+    from step5.ops.common import target_paths
     from step5.reference import fp8_step_distance
     from step5_testing import OTHER_POISON, clone_inputs, run_reference, run_update, written
 

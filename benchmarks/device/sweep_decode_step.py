@@ -38,8 +38,8 @@ from benchmarks.bench_deepseek_v4 import (  # noqa: E402
     store_then_compress,
 )
 from deepseek_v4 import DecodeStepKernel, decode_step, save_partial_states  # noqa: E402
-from deepseek_v4.common import LAYOUTS  # noqa: E402
-from deepseek_v4.decode_step import _chunk  # noqa: E402
+from deepseek_v4.common import RATIOS  # noqa: E402
+from deepseek_v4.tiling import chunk_size  # noqa: E402
 from deepseek_v4.sweeps import decode_step_sweep_launch as sweep_launch  # noqa: E402
 
 CALL_ARGS = ("kv", "score", "ape", "positions", "state_cache", "slot_mapping", "block_table", "req_indices", "out",
@@ -49,7 +49,7 @@ CALL_ARGS = ("kv", "score", "ape", "positions", "state_cache", "slot_mapping", "
 def programs(batch: int, head_dim: int, variant: dict) -> str:
     """Tokens a program and programs of ``variant`` at ``batch`` (as ``sweep_launch`` picks them)."""
     tiling = variant["tiling"]
-    chunk = _chunk(batch, head_dim, tiling.scan, tiling.program_d, variant.get("min_programs"))
+    chunk = chunk_size(batch, head_dim, tiling.scan, tiling.program_d, variant.get("min_programs"))
     return f"{chunk:>2} x {-(-batch // chunk) * -(-head_dim // tiling.program_d):>5}"
 
 
@@ -74,8 +74,8 @@ def check_bytes(batch: int, head_dim: int, ratio: int, variants: list[dict]) -> 
 
 
 def sweep(batch: int, head_dim: int, ratio: int) -> list[tuple[str, float]]:
-    layout = LAYOUTS[ratio]
-    window_bytes = (2 * ratio if layout.overlap else ratio) * 2 * head_dim * 4 + head_dim * 4
+    geometry = RATIOS[ratio]
+    window_bytes = (2 * ratio if geometry.overlap else ratio) * 2 * head_dim * 4 + head_dim * 4
     nbytes = store_bytes(batch, head_dim, ratio) + batch // ratio * window_bytes
     variants = decode_variants(head_dim, ratio)
     check_bytes(batch, head_dim, ratio, variants)

@@ -1,10 +1,25 @@
-"""Argument checks that kernels' public functions share."""
+"""Argument checks that kernels' public functions share, and what they decide from their
+arguments' devices: whether index values are checked, whether a launch asks for PDL."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
+
+from jitkern import targets
+from jitkern.settings import interpreting
+
+INDEX_DTYPES = (torch.int32, torch.int64)  # of index tensors; a tuple: `in` takes 40 ns, 240 in a dict's values()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``int32`` for ``torch.int32``: the name compile keys, manifests and errors use."""
+    return str(dtype).removeprefix("torch.")
+
+
+INDEX_DTYPES_BY_NAME = {dtype_name(dtype): dtype for dtype in INDEX_DTYPES}  # as manifests name them
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> None:
@@ -69,3 +84,43 @@ def check_values_in(name: str, values: torch.Tensor, low: int, high: int | None 
     if padding is not None:
         valid = f"{padding} (padding) or {valid}"
     raise ValueError(f"{name}: {name}[{at}] = {int(values[at])}; expected {valid}{note}")
+
+
+def runs_on_host(tensor: torch.Tensor) -> bool:
+    """Whether kernels launched on ``tensor``'s device (every argument's, checked) run in
+    Triton's interpreter, on host memory: a CPU tensor with ``TRITON_INTERPRET``. There an
+    index out of range reads or corrupts the process's memory, and checking the values is
+    free: public functions check them (``check_values_in``) where this is True. Not a GPU
+    (reading values would synchronise it), nor CPU tensors compiled for a target and
+    launched by nothing (compile-only tests), whose outputs, never written, hold no values
+    to check. ``is_cpu``, not ``device.type``: 0.1 against 0.7 us a call (timeit, CPU machine)."""
+    return tensor.is_cpu and interpreting()
+
+
+def device_has_pdl(device: torch.device) -> bool:
+    """Whether launches on ``device`` may use programmatic dependent launch (PDL): an NVIDIA
+    GPU of sm_90 or newer. A public function asks it to choose its key's ``launch_pdl``.
+
+    The key's binary asks the same of the target it is compiled for (``use_gdc``,
+    ``Target.pdl``: NVIDIA sm_90 and newer), and the two agree: the binary a launch on a
+    device takes is the one compiled for that device's target. Where the target denies PDL
+    anyway (``JITKERN_PORTABLE_PATHS=1``), the key asking for it builds the plain kernel and
+    jitkern launches it without PDL (``jitkern.targets.fit_launch_options``)."""
+    if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
+        return False
+    return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
+
+
+@functools.cache
+def _capability_major(index: int) -> int:
+    """Cached: asking the driver on every launch would cost host time on the hot path."""
+    return torch.cuda.get_device_capability(index)[0]
+
+
+def use_gdc(launch_pdl: bool) -> bool:
+    """Whether a key launched with ``launch_pdl`` compiles its kernel's wait on the grid
+    before it (``griddepcontrol``, inline PTX: a ``USE_GDC`` constexpr): only where the
+    target being compiled for has PDL (``Target.pdl``). Elsewhere (sm_80, AMD, the CPU
+    interpreter, which runs no inline PTX and has no grid to wait on) the key compiles the
+    plain kernel, which jitkern launches without PDL (``jitkern.targets.fit_launch_options``)."""
+    return launch_pdl and targets.current().pdl

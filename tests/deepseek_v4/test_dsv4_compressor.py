@@ -14,7 +14,7 @@ import torch
 from dsv4_helpers import assert_rel_close, on_cpu, poison, same_bits
 
 from deepseek_v4 import CompressWindowsKernel, compress_windows
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from deepseek_v4.reference import compress_windows_ref
 from jitkern import TritonJitKernel
 
@@ -23,9 +23,9 @@ def _paged_case(ratio, head_dim, *, requests=3, max_len=None, block_size=None, i
                 tokens=24, extra_blocks=5, spread=1.0):
     """A cache holding ``requests`` requests' rows in shuffled blocks, and a batch of
     tokens at random positions of random requests, about a third of them closing windows."""
-    layout = LAYOUTS[ratio]
-    block_size = block_size or layout.block_size
-    width = layout.state_width(head_dim)
+    geometry = RATIOS[ratio]
+    block_size = block_size or geometry.block_size
+    width = geometry.state_width(head_dim)
     max_len = max_len or 3 * ratio
     lengths = [random.randint(ratio, max_len) for _ in range(requests)]
     max_blocks = -(-max_len // block_size) + random.randint(0, 2)
@@ -193,9 +193,9 @@ def test_pdl_runs_under_the_interpreter():
 def test_ratio128_chunks_with_many_window_ends(monkeypatch, min_programs, head_dim):
     """A program scans up to 128 tokens and handles every window end among them in turn:
     many ends per chunk, chunks of different lengths, several column groups (80 = 64 + 16)."""
-    from deepseek_v4 import compressor
+    from deepseek_v4 import tiling
 
-    monkeypatch.setattr(compressor, "_MIN_PROGRAMS", min_programs)
+    monkeypatch.setattr(tiling, "MIN_PROGRAMS", min_programs)
     inputs, out = _paged_case(128, head_dim, requests=3, max_len=400, tokens=150,
                               index_dtype=random.choice([torch.int32, torch.int64]))
     spec = CompressWindowsKernel().launch_spec(**inputs)
@@ -209,9 +209,9 @@ def test_ratio128_chunks_with_many_window_ends(monkeypatch, min_programs, head_d
 def test_ratio128_prefill_gives_each_program_one_window(monkeypatch):
     """Requests' consecutive positions, as a prefill sends them: any 128 consecutive
     tokens of a request hold one window end, wherever the chunks start."""
-    from deepseek_v4 import compressor
+    from deepseek_v4 import tiling
 
-    monkeypatch.setattr(compressor, "_MIN_PROGRAMS", 1)
+    monkeypatch.setattr(tiling, "MIN_PROGRAMS", 1)
     ratio, head_dim, block_size = 128, 24, 8
     lengths = [300, 517, 129]
     width = head_dim
@@ -252,10 +252,10 @@ def test_ratio128_launches_far_fewer_programs_than_tokens():
 def test_ratio128_window_ends_of_a_prefill_or_of_lockstep_decodes_fall_in_different_chunks():
     """Chunks take every n_chunks-th token, n_chunks odd: window ends 128 tokens apart
     (a prefill) and runs of consecutive tokens (decodes) land in different programs."""
-    from deepseek_v4.compressor import _chunk, _n_chunks
+    from deepseek_v4.tiling import chunk_count, chunk_size
 
     tokens = 65536
-    n_chunks = _n_chunks(tokens, _chunk(tokens, 512, 128, 64))
+    n_chunks = chunk_count(tokens, chunk_size(tokens, 512, 128, 64))
     ends = torch.arange(127, tokens, 128)  # requests of 4096 tokens from position 0
     assert len(set((ends % n_chunks).tolist())) == len(ends)
     decodes = torch.arange(5000, 5000 + 300)

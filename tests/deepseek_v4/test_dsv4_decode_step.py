@@ -24,7 +24,7 @@ import torch
 from dsv4_helpers import assert_rel_close, on_cpu, poison, projection_views, same_bits
 
 from deepseek_v4 import DecodeStepKernel, compress_windows, decode_step, save_partial_states
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from deepseek_v4.sweeps import decode_step_sweep_launch as sweep_launch
 from deepseek_v4.reference import compress_windows_ref, save_partial_states_ref
 from jitkern import TritonJitKernel
@@ -71,9 +71,9 @@ def decode_case(ratio, head_dim, *, requests=7, padding=2, block_size=None, inde
                 most=None):
     """A decode batch and the tensors behind it: ``(args, backing)``, where ``backing``
     holds the full tensors that ``state_cache`` and ``out`` are views of."""
-    layout = LAYOUTS[ratio]
-    bs = block_size or layout.block_size
-    width = layout.state_width(head_dim)
+    geometry = RATIOS[ratio]
+    bs = block_size or geometry.block_size
+    width = geometry.state_width(head_dim)
     most = most or 3 * ratio
     positions = [_position(ratio, random.random() < 0.5, most) for _ in range(requests)]
     positions[0] = ratio - 1  # the first window: at ratio 4 its previous one lies below position 0
@@ -212,14 +212,14 @@ def test_one_launch_of_a_program_per_token_and_column_group():
 def test_programs_of_deployment_batches(ratio, head_dim, batch, programs):
     """Ratio 128 takes chunks of up to 32 tokens, as few as still leave 512 programs (a wave
     of the H200 at 4 programs an SM); ratio 4 a program per token and 256 columns."""
-    layout = LAYOUTS[ratio]
-    width = layout.state_width(head_dim)
+    geometry = RATIOS[ratio]
+    width = geometry.state_width(head_dim)
     index = torch.zeros(batch, dtype=torch.int32)
     spec = DecodeStepKernel().launch_spec(
         kv=torch.empty(batch, width), score=torch.empty(batch, width), ape=torch.empty(ratio, width),
-        positions=index, state_cache=torch.empty(1, layout.block_size, 2 * width), slot_mapping=index,
+        positions=index, state_cache=torch.empty(1, geometry.block_size, 2 * width), slot_mapping=index,
         block_table=torch.zeros(batch, 8, dtype=torch.int32), req_indices=index, out=torch.empty(batch, head_dim),
-        compress_ratio=ratio, head_dim=head_dim, block_size=layout.block_size)
+        compress_ratio=ratio, head_dim=head_dim, block_size=geometry.block_size)
     assert spec.grid == (programs,)
     groups = -(-head_dim // spec.key.program_d)
     assert spec.kwargs["n_chunks"] * groups == programs and spec.kwargs["n_chunks"] * spec.key.scan >= batch

@@ -12,7 +12,7 @@ import time
 import pytest
 from dsv4_helpers import MANIFESTS, manifest_keys
 
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from jitkern.kernel.registry import get_kernel
 from jitkern.testing import check_coverage
 
@@ -83,10 +83,10 @@ def _deployment_calls(head_dim: int, ratio: int, index_dtype, table_width: int, 
     contiguous cache and output, a block table ``table_width`` wide."""
     import torch
 
-    from deepseek_v4.common import LAYOUTS
+    from deepseek_v4.common import RATIOS
 
-    layout = LAYOUTS[ratio]
-    width, bs = layout.state_width(head_dim), layout.block_size
+    geometry = RATIOS[ratio]
+    width, bs = geometry.state_width(head_dim), geometry.block_size
     projection = torch.randn(tokens, 2 * width)
     blocks = max(table_width, 2)
     positions = torch.arange(ratio - tokens, ratio, dtype=index_dtype).clamp(min=0)  # the last closes a window
@@ -159,7 +159,7 @@ def test_a_head_dim_not_a_multiple_of_4_warms_what_fresh_tensors_look_up(head_di
     projection, unaligned when W % 4 != 0; one allocated on its own needs
     ``"unaligned": ["score"]`` (the public functions' docs say so)."""
     config = dict(head_dim=head_dim, compress_ratio=ratio, index_dtypes=["int32"])
-    own_score = {"unaligned": ["score"]} if LAYOUTS[ratio].state_width(head_dim) % 4 else {}
+    own_score = {"unaligned": ["score"]} if RATIOS[ratio].state_width(head_dim) % 4 else {}
     for name, layout in (("deepseek_v4.compress_windows", {}), ("deepseek_v4.decode_step", own_score),
                          ("deepseek_v4.save_partial_states", own_score)):
         assert check_coverage(get_kernel(name), config, layout, max_examples=40) > 0, name

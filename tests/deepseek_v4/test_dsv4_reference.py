@@ -11,7 +11,7 @@ import torch
 from dsv4_helpers import GOLDEN, assert_rel_close, poison
 
 from deepseek_v4 import compress_windows, save_partial_states
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from deepseek_v4.reference import compress_sequence_ref, compress_windows_ref, save_partial_states_ref
 
 CASES = [("ratio4", 4), ("ratio128", 128)]
@@ -32,10 +32,10 @@ def test_sequence_reference_matches_golden(name, ratio):
 
 def _store_sequence(case, ratio, store, compress):
     """One request's tokens through a paged cache with shuffled blocks, in one step."""
-    layout = LAYOUTS[ratio]
+    geometry = RATIOS[ratio]
     kv, score, ape, d = case["kv"], case["score"], case["ape"], case["head_dim"]
     tokens, width = kv.shape
-    bs = layout.block_size
+    bs = geometry.block_size
     blocks = -(-tokens // bs)
     block_table = (torch.randperm(blocks + 2)[:blocks].int())[None, :]
     cache = poison((blocks + 2, bs, 2 * width))

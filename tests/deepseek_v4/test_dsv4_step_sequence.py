@@ -22,7 +22,7 @@ import torch
 from dsv4_helpers import assert_rel_close, manifest_keys, poison
 
 from deepseek_v4 import compress_windows, decode_step, save_partial_states
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from deepseek_v4.reference import compress_sequence_ref
 from jitkern.testing import record_launches
 
@@ -51,10 +51,10 @@ class Schedule:
                  index_dtype: torch.dtype, views: bool = False):
         """``views``: each step lays kv, score and out out differently (``_views``), with
         ``index_dtype`` for every index; else as the shipped deployment does."""
-        layout = LAYOUTS[ratio]
+        geometry = RATIOS[ratio]
         self.views = views
-        self.ratio, self.head_dim, self.bs = ratio, head_dim, layout.block_size
-        self.width = layout.state_width(head_dim)
+        self.ratio, self.head_dim, self.bs = ratio, head_dim, geometry.block_size
+        self.width = geometry.state_width(head_dim)
         self.max_chunk, self.index_dtype = max_chunk, index_dtype
         self.ape = torch.randn(ratio, self.width)
         self.waiting = []

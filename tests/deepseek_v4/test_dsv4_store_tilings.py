@@ -19,9 +19,9 @@ from dsv4_helpers import projection_views, same_bits, strided_cache
 
 from benchmarks.bench_deepseek_v4 import store_variants
 from deepseek_v4 import SavePartialStatesKernel, save_partial_states
-from deepseek_v4.common import LAYOUTS
+from deepseek_v4.common import RATIOS
 from deepseek_v4.reference import save_partial_states_ref
-from deepseek_v4.save_partial_states import StoreTiling, store_tiling
+from deepseek_v4.tiling import StoreTiling, store_tiling
 from deepseek_v4.sweeps import store_sweep_launch as sweep_launch
 
 SHIPPED = [(512, 4), (512, 128), (128, 4), (128, 128)]  # (head_dim, ratio) of the manifests
@@ -60,15 +60,15 @@ def _check(inputs, full, tiling: StoreTiling) -> None:
 
 @pytest.mark.parametrize("head_dim,ratio", SHIPPED, ids=str)
 def test_every_sweep_tiling_stores_the_reference_bits(head_dim, ratio):
-    layout = LAYOUTS[ratio]
-    width = layout.state_width(head_dim)
+    geometry = RATIOS[ratio]
+    width = geometry.state_width(head_dim)
     variants = store_variants(head_dim, ratio)
     assert variants[0] == store_tiling(width)
     assert any(t.tokens > 1 for t in variants)
     assert width == 128 or any(t.block_h < width for t in variants)  # column splits down to 128
     for index, tiling in enumerate(variants):
         # the deployment's projection (row stride 2H) and an odd-strided one, in turn
-        inputs, full = _case(_tokens_for(tiling), width, ratio, layout.block_size, pad=5 * (index % 2))
+        inputs, full = _case(_tokens_for(tiling), width, ratio, geometry.block_size, pad=5 * (index % 2))
         _check(inputs, full, tiling)
 
 
@@ -88,15 +88,15 @@ def test_tilings_of_rows_that_are_not_a_power_of_two(head_size, tiling):
 @pytest.mark.parametrize("head_dim,ratio", SHIPPED, ids=str)
 def test_the_shipped_tiling_through_the_public_function(head_dim, ratio):
     """The key's tiling (several tokens a program for short rows) on a partial last tile."""
-    layout = LAYOUTS[ratio]
-    width = layout.state_width(head_dim)
+    geometry = RATIOS[ratio]
+    width = geometry.state_width(head_dim)
     kernel = SavePartialStatesKernel()
     tiling = store_tiling(width)
-    inputs, full = _case(_tokens_for(tiling) if tiling.tokens > 1 else 5, width, ratio, layout.block_size, pad=0)
+    inputs, full = _case(_tokens_for(tiling) if tiling.tokens > 1 else 5, width, ratio, geometry.block_size, pad=0)
     key = kernel.launch_spec(**inputs).key
     assert (key.tokens, key.block_h, key.num_warps) == (tiling.tokens, tiling.block_h, tiling.num_warps)
     expected_full = full.clone()
-    expected = expected_full[:, : layout.block_size, : 2 * width]
+    expected = expected_full[:, : geometry.block_size, : 2 * width]
     save_partial_states_ref(**{**inputs, "state_cache": expected})
     save_partial_states(**inputs)
     assert same_bits(full, expected_full)
@@ -109,4 +109,4 @@ def test_the_tiling_adds_no_keys():
         keys = kernel.get_warmup_keys(head_dim=head_dim, compress_ratio=ratio)
         assert len(keys) == 4
         assert {(k.tokens, k.block_h, k.num_warps) for k in keys} == {
-            astuple(store_tiling(LAYOUTS[ratio].state_width(head_dim)))}
+            astuple(store_tiling(RATIOS[ratio].state_width(head_dim)))}

@@ -47,13 +47,13 @@ from dsv4_helpers import projection_views, strided_cache  # noqa: E402
 from step5_testing import poisoned_mean, random_rows, strided_index  # noqa: E402
 
 from deepseek_v4 import compress_windows, decode_step, save_partial_states  # noqa: E402
-from deepseek_v4.common import LAYOUTS  # noqa: E402
+from deepseek_v4.common import RATIOS  # noqa: E402
 from jitkern.examples.axpy import axpy  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
 from step5 import Step5CSATailRing, Step5SparseSummaryCache, Step5SummaryCacheSpec  # noqa: E402
 from step5.ops.summary_update import (  # noqa: E402
     build_prefill_groups,
-    summary_layout,
+    summary_geometry,
     update_decode,
     update_prefill,
     update_verify,
@@ -485,17 +485,17 @@ def test_build_prefill_groups_rejects_each_wrong_argument(data):
 
 @VALID
 @given(args=mean_args())
-def test_summary_layout_and_cache_accept_valid_mean(args):
+def test_summary_geometry_and_cache_accept_valid_mean(args):
     mean = args["mean"]
-    assert assert_accepted(summary_layout, args, launches=False) == (mean.stride(0), mean.shape[1] * 8)
+    assert assert_accepted(summary_geometry, args, launches=False) == (mean.stride(0), mean.shape[1] * 8)
     assert assert_accepted(Step5SparseSummaryCache, args, launches=False).block_size == mean.shape[1] * 8
 
 
 @MUTATED
 @given(data=st.data())
-def test_summary_layout_and_cache_reject_each_wrong_mean(data):
+def test_summary_geometry_and_cache_reject_each_wrong_mean(data):
     args = data.draw(mean_args())
-    for function in (summary_layout, Step5SparseSummaryCache):  # one tensor: no device to disagree with
+    for function in (summary_geometry, Step5SparseSummaryCache):  # one tensor: no device to disagree with
         assert_each_mutation_rejected(data.draw, function, args, mean_mutations(args, device=False))
 
 
@@ -696,7 +696,7 @@ def test_summary_cache_spec_accepts_blocks_of_whole_regions(regions, blocks):
     spec = assert_accepted(Step5SummaryCacheSpec, dict(block_size=8 * regions), launches=False)
     assert spec.page_size_bytes == regions * 256
     mean = assert_accepted(spec.allocate, dict(num_blocks=blocks, device=torch.get_default_device()), launches=False)
-    assert summary_layout(mean) == (regions * 256, 8 * regions)
+    assert summary_geometry(mean) == (regions * 256, 8 * regions)
 
 
 @MUTATED
@@ -738,7 +738,7 @@ def pdl_mutations() -> list[Mutation]:
 
 @st.composite
 def save_args(draw) -> dict:
-    ratio = draw(st.sampled_from(sorted(LAYOUTS)))
+    ratio = draw(st.sampled_from(sorted(RATIOS)))
     head_size, tokens = draw(st.integers(1, 12)), draw(st.integers(1, 8))
     state_width = head_size + draw(st.integers(0, 4))
     block_size, blocks = draw(st.integers(1, 8)), draw(st.integers(1, 4))
@@ -813,9 +813,9 @@ def test_save_partial_states_rejects_each_wrong_argument(data):
 
 @st.composite
 def compress_args(draw) -> dict:
-    ratio = draw(st.sampled_from(sorted(LAYOUTS)))
+    ratio = draw(st.sampled_from(sorted(RATIOS)))
     head_dim, tokens, requests = draw(st.integers(1, 8)), draw(st.integers(1, 8)), draw(st.integers(1, 3))
-    width = LAYOUTS[ratio].state_width(head_dim)
+    width = RATIOS[ratio].state_width(head_dim)
     block_size, blocks = draw(st.integers(1, 8)), draw(st.integers(1, 4))
     positions = draw(ints(tokens, 0, 3 * ratio))
     max_blocks = max(positions) // block_size + 1 + draw(st.integers(0, 2))
@@ -834,7 +834,7 @@ def compress_args(draw) -> dict:
 
 def compress_mutations(args: dict) -> list[Mutation]:
     tokens, head_dim, block_size = args["positions"].shape[0], args["head_dim"], args["block_size"]
-    width = LAYOUTS[args["compress_ratio"]].state_width(head_dim)
+    width = RATIOS[args["compress_ratio"]].state_width(head_dim)
     row, max_blocks = args["state_cache"].shape[2], args["block_table"].shape[1]
     mutations = [
         *float_mutations("state_cache", args),
@@ -886,9 +886,9 @@ def test_compress_windows_rejects_each_wrong_argument(data):
 def decode_step_args(draw) -> dict:
     """A decode batch: a request per token, each with blocks of its own (so no token stores
     a row another one's window reads); padding tokens store nothing but may close windows."""
-    ratio = draw(st.sampled_from(sorted(LAYOUTS)))
+    ratio = draw(st.sampled_from(sorted(RATIOS)))
     head_dim, tokens = draw(st.integers(1, 8)), draw(st.integers(1, 8))
-    width = LAYOUTS[ratio].state_width(head_dim)
+    width = RATIOS[ratio].state_width(head_dim)
     block_size = draw(st.integers(1, 8))
     positions = draw(ints(tokens, 0, 3 * ratio))
     max_blocks = max(positions) // block_size + 1 + draw(st.integers(0, 2))

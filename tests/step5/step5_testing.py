@@ -244,7 +244,7 @@ def foreign_fp8_merges(sass: str) -> list[str]:
     (``<-`` its writers, back through those that read their own register).
 
     What Triton's packing needs; what ptxas 12.8 breaks at one pair per thread, where it
-    computes the merge operand from R1 (``step5.ops._summary_math.hardware_fp8_is_safe``).
+    computes the merge operand from R1 (``step5.ops.common.hardware_fp8_is_safe``).
     Registers are followed in text order, which is enough for the straight-line code
     around a summary's store.
     """

@@ -18,8 +18,8 @@ import re
 import pytest
 import torch
 
+from jitkern.kernel.validation import runs_on_host
 from step5 import Step5CSATailRing, Step5SparseSummaryCache
-from step5.ops._validate import runs_on_host
 from step5.ops.summary_update import build_prefill_groups, update_decode, update_prefill, update_verify
 from step5_testing import decode_inputs, prefill_inputs, verify_inputs
 

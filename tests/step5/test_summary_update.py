@@ -18,9 +18,12 @@ import triton.language as tl
 
 from jitkern.settings import interpreting
 from step5 import Step5CSATailRing
-from step5.ops._summary_math import _fp8_e4m3_bytes
+from step5.ops.kernels.summary_math import encode_fp8_e4m3
 from step5.ops.summary_update import (
     build_prefill_groups,
+    prefill_metadata_geometry,
+    prefill_metadata_layout,
+    summary_geometry,
     summary_layout,
     update_decode,
     update_prefill,
@@ -64,7 +67,7 @@ def _run_both(kernel_call, reference_call, mean: torch.Tensor, ring: torch.Tenso
 @triton.jit
 def _encode_kernel(X, Out, N: tl.constexpr, HW_FP8: tl.constexpr):
     offsets = tl.arange(0, N)
-    tl.store(Out + offsets, _fp8_e4m3_bytes(tl.load(X + offsets), HW_FP8))
+    tl.store(Out + offsets, encode_fp8_e4m3(tl.load(X + offsets), HW_FP8))
 
 
 def _has_hardware_fp8() -> bool:
@@ -380,11 +383,12 @@ def test_prefill_functions_reject_wrong_inputs():
             update_prefill(**dict(call, **{name: wrong}))
 
 
-def test_summary_layout_and_empty_steps():
+def test_summary_geometry_and_empty_steps():
     mean = poisoned_mean(3, 64, strided=True)
-    assert summary_layout(mean) == (64 // 8 * 256 + 512, 64)
+    assert summary_geometry(mean) == (64 // 8 * 256 + 512, 64)
     with pytest.raises(ValueError, match="^mean:"):
-        summary_layout(_bad_mean_inner_strides())
+        summary_geometry(_bad_mean_inner_strides())
+    assert (summary_layout, prefill_metadata_layout) == (summary_geometry, prefill_metadata_geometry)  # former names
     empty = _decode_args(tokens=0)
     update_decode(**empty)  # nothing to do, nothing launched
     groups = build_prefill_groups(empty["slots"], empty["positions"], torch.zeros(0, dtype=I32), torch.zeros(1, dtype=I32))

@@ -11,7 +11,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from step5.ops._summary_math import _fp8_e4m3_bytes
+from step5.ops.kernels.summary_math import encode_fp8_e4m3
 from step5_testing import foreign_fp8_merges
 
 pytestmark = pytest.mark.compiled
@@ -57,7 +57,7 @@ def test_no_fp8_pair_takes_its_upper_half_from_elsewhere_at_any_num_warps(path, 
     result (``foreign_fp8_merges``); the hardware conversion is kept wherever ptxas gets it
     right (1, 2 and 8 warps, so the shipped 1-warp binary is unchanged) and replaced by the
     integer encoding where it does not (4 warps: one pair per thread)."""
-    from step5.ops._summary_math import hardware_fp8_is_safe
+    from step5.ops.common import hardware_fp8_is_safe
 
     kernel, key = _kernel_and_key(path)
     assert key.num_warps == 1  # what ships
@@ -80,7 +80,7 @@ def test_no_fp8_pair_takes_its_upper_half_from_elsewhere_at_any_num_warps(path, 
 @triton.jit
 def _encode_kernel(X, Y, HW_FP8: tl.constexpr):
     dim = tl.arange(0, 256)
-    tl.store(Y + dim, _fp8_e4m3_bytes(tl.load(X + dim), HW_FP8))
+    tl.store(Y + dim, encode_fp8_e4m3(tl.load(X + dim), HW_FP8))
 
 
 def test_the_cause_ptxas_miscompiles_the_hardware_encoding_at_one_pair_per_thread(triton_cache):

@@ -2,7 +2,8 @@
 the fp8 encoding of a summary, and the addresses of ring rows and summaries.
 
 Some helpers take a path per target, chosen by two constexprs each kernel takes from its
-``constants(key)`` (``target_paths``), so that one kernel compiles for every GPU:
+``constants(key)`` (``step5.ops.common.target_paths``), so that one kernel compiles for
+every GPU:
 
 - The fp8 encoding (``HW_FP8``). On NVIDIA sm_89 and newer the hardware rounds
   (``cvt.rn.bf16.f32``, then ``cvt.rn.satfinite.e4m3x2.f32``), exactly as the spec
@@ -10,10 +11,11 @@ Some helpers take a path per target, chosen by two constexprs each kernel takes 
   fp8 conversion; AMD's hardware fp8 is the fnuz variant, not the OCP e4m3 the summary
   cache stores; and the CPU interpreter rounds fp32 -> bf16 and fp32 -> fp8 wrongly (no
   carry into the exponent, no saturation). ``test_fp8_encoding...`` checks each path
-  where it runs. Nor at 4 warps, which ptxas 12.8 miscompiles (``hardware_fp8_is_safe``).
+  where it runs. Nor at 4 warps, which ptxas 12.8 miscompiles
+  (``step5.ops.common.hardware_fp8_is_safe``).
 - The NVIDIA paths (``NVIDIA``): ``exp`` as ``tl.exp``'s own ``ex2.approx`` but flushing
-  subnormals (below), a fence that keeps ptxas from sinking loads (``_loads_issued``),
-  and a select between pointers (``_region_row``). Elsewhere (AMD, which has no PTX; the
+  subnormals (below), a fence that keeps ptxas from sinking loads (``loads_issued``),
+  and a select between pointers (``region_row``). Elsewhere (AMD, which has no PTX; the
   interpreter, which has no inline asm) ``tl.exp``, no fence, and a select between
   addresses.
 
@@ -21,28 +23,8 @@ Some helpers take a path per target, chosen by two constexprs each kernel takes 
 so they can be checked there against the references.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
 import triton
 import triton.language as tl
-
-from jitkern import targets
-
-REGION = 8  # positions per region
-DIM = 256  # index-head dimension
-RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
-_HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
-
-
-def target_paths(num_warps: int = 1) -> dict[str, Any]:
-    """The code-path constexprs of the target being compiled for (``jitkern.targets``), at
-    ``num_warps``: ``NVIDIA`` (inline PTX and ptxas-tuned forms: any NVIDIA GPU, not with
-    portable paths) and ``HW_FP8`` (the hardware bf16 and OCP fp8 e4m3 conversions: NVIDIA
-    sm_89 and newer, not with portable paths, nor where ``hardware_fp8_is_safe`` says no)."""
-    target = targets.current()
-    return dict(NVIDIA=target.ptx, HW_FP8=target.cuda_at_least(_HW_FP8_CAPABILITY) and hardware_fp8_is_safe(num_warps))
 
 
 @triton.jit
@@ -57,14 +39,14 @@ def _bf16_to_f32(x):
 
 
 @triton.jit
-def _max_combine(a, b):
+def max_combine(a, b):
     return tl.maximum(a, b)
 
 
 @triton.jit
 def _row_max(z):
     """max_d z[d], a scalar."""
-    return tl.reduce(z, 0, _max_combine)
+    return tl.reduce(z, 0, max_combine)
 
 
 @triton.jit
@@ -77,10 +59,10 @@ def _neg_inf():
 def _exp(x, NVIDIA: tl.constexpr):
     """e^x. With NVIDIA, as ``tl.exp`` computes it on NVIDIA (``ex2.approx`` of ``x * log2(e)``)
     but with subnormals flushed to zero (``.ftz``), which spares the fix-up ptxas wraps
-    around each ``ex2.approx.f32``: 0.1-0.2 us of a decode step (device notes 18). A weight
-    below 2^-126 is that far below the region's largest weight (1), so no summary byte
-    moves by more than the spec's one step for a GPU exp (a zero may change sign: 0 steps).
-    Elsewhere ``tl.exp``.
+    around each ``ex2.approx.f32``: 0.1-0.2 us of a decode step on an H200
+    (``bench_step5.py``). A weight below 2^-126 is that far below the region's largest
+    weight (1), so no summary byte moves by more than the spec's one step for a GPU exp (a
+    zero may change sign: 0 steps). Elsewhere ``tl.exp``.
     """
     if NVIDIA:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * 1.4426950408889634],
@@ -90,7 +72,7 @@ def _exp(x, NVIDIA: tl.constexpr):
 
 
 @triton.jit
-def _fp8_e4m3_bytes(x, HW_FP8: tl.constexpr):
+def encode_fp8_e4m3(x, HW_FP8: tl.constexpr):
     """fp8_e4m3fn(bf16(x)) as uint8: round to nearest even twice, saturate to +-448, NaN stays NaN."""
     bits = x.to(tl.int32, bitcast=True)
     is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
@@ -112,21 +94,21 @@ def _fp8_e4m3_bytes(x, HW_FP8: tl.constexpr):
 
 
 @triton.jit
-def _store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.constexpr, HW_FP8: tl.constexpr):
+def store_summary(Mean, slot, dim, num, den, mean_stride0, BLOCK_SIZE: tl.constexpr, HW_FP8: tl.constexpr):
     """mean[slot // BLOCK_SIZE, slot % BLOCK_SIZE // 8, :] = fp8(bf16(num / max(den, 1e-20)))."""
     summary = tl.div_rn(num, tl.maximum(den, 1e-20))  # IEEE division
     address = slot // BLOCK_SIZE * mean_stride0 + slot % BLOCK_SIZE // 8 * 256
-    tl.store(Mean + address + dim, _fp8_e4m3_bytes(summary, HW_FP8))
+    tl.store(Mean + address + dim, encode_fp8_e4m3(summary, HW_FP8))
 
 
 @triton.jit
-def _ring_row(Ring, base, position, RING_CAPACITY: tl.constexpr):
+def ring_row(Ring, base, position, RING_CAPACITY: tl.constexpr):
     """Pointer to the ring row of ``position``: row ``base + position % capacity``."""
     return Ring + (base + position % RING_CAPACITY) * 512
 
 
 @triton.jit
-def _row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2):
+def row_pointers(Key, Z, token, dim, key_stride0, key_stride2, z_stride0, z_stride2):
     """Pointers to ``key[token, 0, :]`` and ``z[token, 0, :]``."""
     return Key + token * key_stride0 + dim * key_stride2, Z + token * z_stride0 + dim * z_stride2
 
@@ -164,7 +146,7 @@ def _rescale_add(acc, alpha, w, key):
 
 
 @triton.jit
-def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, NVIDIA: tl.constexpr):
+def summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7, z7, NVIDIA: tl.constexpr):
     """(num, den) of the region whose 8 raw bf16 rows are given in position order.
 
     Bit for bit the spec's sequential loop (m_new = max(m, max_d z_t); alpha = exp(m -
@@ -227,7 +209,7 @@ def _summarize_region(k0, z0, k1, z1, k2, z2, k3, z3, k4, z4, k5, z5, k6, z6, k7
 
 
 @triton.jit
-def _loads_issued(anchor, NVIDIA: tl.constexpr):
+def loads_issued(anchor, NVIDIA: tl.constexpr):
     """Let no load written before this point move after it (``fence.acq_rel.cta``).
 
     ptxas otherwise sinks each of a region's 16 row loads down to its first use, which
@@ -241,7 +223,7 @@ def _loads_issued(anchor, NVIDIA: tl.constexpr):
 
 
 @triton.jit
-def _ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.constexpr):
+def ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.constexpr):
     """Pointer to the ring row ``i`` positions after the one whose row index is ``first``
     (``first = position % capacity`` of a non-negative position, ``i < capacity``): one
     compare instead of a 64-bit signed remainder per row."""
@@ -251,7 +233,7 @@ def _ring_row_after(Ring, base, first, i: tl.constexpr, RING_CAPACITY: tl.conste
 
 
 @triton.jit
-def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, dim,
+def region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, dim,
                 key_stride0, key_stride2, z_stride0, z_stride2, RING_CAPACITY: tl.constexpr, NVIDIA: tl.constexpr):
     """Row i of the region closed by ``token``: from the ring when ``i < ring_rows``, else
     token ``token - 7 + i`` of this step. The (uniform) choice is made on the pointers, so
@@ -260,8 +242,8 @@ def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, di
     lower a select between pointers into two different tensors (its
     CanonicalizePointers pass asserts), and ptxas makes longer code of it (5316 SASS
     lines for prefill instead of 5044)."""
-    ring = _ring_row_after(Ring, base, first, i, RING_CAPACITY)
-    key_ptr, z_ptr = _row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
+    ring = ring_row_after(Ring, base, first, i, RING_CAPACITY)
+    key_ptr, z_ptr = row_pointers(Key, Z, token - 7 + i, dim, key_stride0, key_stride2, z_stride0, z_stride2)
     from_ring = i < ring_rows
     if NVIDIA:
         return tl.load(tl.where(from_ring, ring + dim, key_ptr)), tl.load(tl.where(from_ring, ring + 256 + dim, z_ptr))
@@ -269,24 +251,3 @@ def _region_row(Key, Z, Ring, token, base, first, i: tl.constexpr, ring_rows, di
         key_row = tl.where(from_ring, (ring + dim).to(tl.int64), key_ptr.to(tl.int64)).to(Key.dtype)
         z_row = tl.where(from_ring, (ring + 256 + dim).to(tl.int64), z_ptr.to(tl.int64)).to(Z.dtype)
         return tl.load(key_row), tl.load(z_row)
-
-
-# Below the kernels' helpers so that none of them moves: Triton's cache key holds their lines.
-
-
-def hardware_fp8_is_safe(num_warps: int) -> bool:
-    """Whether a summary kernel at ``num_warps`` may take the hardware fp8 path: not when
-    each thread holds exactly one pair of a summary's 256 values (4 warps of 32 threads).
-
-    Triton converts fp32 to e4m3 in pairs (``cvt.rn.satfinite.e4m3x2.f32``, a 16-bit
-    result), then splits the pair (``shr.u16``) and widens it to two 16-bit lanes
-    (``mov.b32 {lo, hi}``). With a single pair per thread, the ptxas Triton 3.6 ships
-    (12.8; 12.9 too) folds that widening into the conversion's merge operand
-    (``F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C``) but computes the operand from R1, the
-    stack pointer, before the conversion runs: every odd byte of a summary becomes
-    ``0x7C | sign`` on the GPU. With 8, 4 or 1 values per thread (1, 2 or 8 warps) the
-    code is right, and ptxas 13.0 gets one pair right too. The integer path has no packed
-    operation and stores the same bytes at every ``num_warps``. Spec: "Why the Step5
-    kernels use one warp"; ``tests/step5/test_warps.py`` checks the SASS.
-    """
-    return DIM // (32 * num_warps) != 2

@@ -3,21 +3,20 @@
 They read only shapes, strides, dtypes and devices, never tensor values, so they cost
 the hot path no device synchronisation. Each failure is a ``ValueError`` naming the
 argument, raised before anything is launched. Where kernels run in Triton's interpreter
-on host memory (``runs_on_host``), whose out-of-range address reads or corrupts it, the
-``check_*_values`` functions also check the index values the kernels address memory
-with: free there, a device sync on a GPU, where they are never called.
+on host memory (``jitkern.kernel.validation.runs_on_host``), whose out-of-range address
+reads or corrupts it, the ``check_*_values`` functions also check the index values the
+kernels address memory with: free there, a device sync on a GPU, where they are never
+called.
 """
 
 from __future__ import annotations
 
 import torch
 
-from jitkern.settings import interpreting
-from jitkern.kernel.validation import check_int, check_strides_below_i32, check_values_in, first_outside
-from jitkern.kernel.validation import same_device as check_same_device  # noqa: F401 - re-exported
+from jitkern.kernel.validation import (INDEX_DTYPES, check_int, check_strides_below_i32, check_values_in, dtype_name,
+                                       first_outside)
 
-INDEX_DTYPES = (torch.int32, torch.int64)
-RING_ROW = 512
+RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
 SIZE_LIMIT = 2**30  # tokens, requests: what the kernels compute from them stays i32 (their binaries)
 METADATA_SLOT_LIMIT = 2**31  # build_prefill_groups' metadata holds KV slots as int32
 
@@ -25,7 +24,7 @@ METADATA_SLOT_LIMIT = 2**31  # build_prefill_groups' metadata holds KV slots as 
 def _describe(tensor) -> str:
     if not isinstance(tensor, torch.Tensor):
         return type(tensor).__name__
-    return f"{str(tensor.dtype).removeprefix('torch.')} {tuple(tensor.shape)} on {tensor.device}"
+    return f"{dtype_name(tensor.dtype)} {tuple(tensor.shape)} on {tensor.device}"
 
 
 def check_rows(key, z) -> int:
@@ -83,11 +82,12 @@ def check_ring(ring, capacity, draft_tokens: int) -> None:
         raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
 
 
-def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device, layout: str) -> None:
-    """A caller's output tensor: ``dtype`` and ``shape`` exactly (``layout`` names the shape
-    in the error), contiguous (the kernels write it by row), on the inputs' ``device``."""
+def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device,
+              shape_name: str) -> None:
+    """A caller's output tensor: ``dtype`` and ``shape`` exactly (``shape_name`` names the
+    shape in the error), contiguous (the kernels write it by row), on the inputs' ``device``."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tuple(tensor.shape) != shape:
-        raise ValueError(f"{name}: expected {str(dtype).removeprefix('torch.')} {layout} = {shape}, "
+        raise ValueError(f"{name}: expected {dtype_name(dtype)} {shape_name} = {shape}, "
                          f"got {_describe(tensor)}")
     if not tensor.is_contiguous():
         raise ValueError(f"{name}: must be contiguous, got strides {tuple(tensor.stride())}")
@@ -95,16 +95,7 @@ def check_out(name: str, tensor, dtype: torch.dtype, shape: tuple[int, ...], dev
         raise ValueError(f"{name}: on {tensor.device}, expected {device} like the other inputs")
 
 
-# --- index values, where kernels run on host memory -------------------------------------------
-
-
-def runs_on_host(tensor: torch.Tensor) -> bool:
-    """Whether kernels launched on ``tensor``'s device (every argument's, checked) run in
-    Triton's interpreter, on host memory: a CPU tensor with ``TRITON_INTERPRET``. Not a GPU
-    (reading values would synchronise it), nor CPU tensors compiled for a target and
-    launched by nothing (compile-only tests), whose outputs, never written, hold no values
-    to check. ``is_cpu``, not ``device.type``: 0.1 against 0.7 us a call (timeit, CPU machine)."""
-    return tensor.is_cpu and interpreting()
+# --- index values, where kernels run on host memory (``runs_on_host``) -----------------------
 
 
 def check_decode_values(slots, positions, ring_base, mean, ring, capacity: int) -> None:
