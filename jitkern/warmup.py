@@ -1,7 +1,8 @@
 """``python -m jitkern.warmup``: compile, list, check or load every variant of a deployment.
 
     python -m jitkern.warmup MANIFEST... [--target cuda:80,cuda:90,hip:gfx942] [--cache-dir DIR] [--jobs N]
-                             [--check | --list | --load] [--remote URL] [--report FILE] [--no-progress]
+                             [--check | --list | --load] [--keep-ir] [--remote URL] [--report FILE]
+                             [--no-progress]
     python -m jitkern.warmup schema
     python -m jitkern.warmup merge-record RECORD MANIFEST
     python -m jitkern.warmup pack MANIFEST... --target T [--cache-dir DIR] --out DIST
@@ -53,6 +54,9 @@ examples:
   ... and publish it to a shared Redis (pip install 'jitkern[redis]'):
     python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .triton-cache \\
         --remote redis://127.0.0.1:6379/0
+  compile keeping every IR file beside the binaries (TTIR, TTGIR, LLVM IR, PTX), for debugging:
+    python -m jitkern.warmup warmup_manifests/deepseek_v4-h200.json --target cuda:90 --cache-dir .triton-cache \\
+        --keep-ir
   check that a cache holds every key, whole (exit 1 names each missing or damaged key):
     python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .triton-cache --check
   print every key of a manifest, one a line:
@@ -86,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--list", action="store_true", help="print every key, one a line, and the count")
     mode.add_argument("--load", action="store_true",
                       help="warm start: load every binary from the cache onto this GPU (compiling nothing) and time it")
+    parser.add_argument("--keep-ir", action="store_true",
+                        help="the entries it compiles keep every IR file, for debugging (default: only what serving "
+                        "loads: the binary, its metadata, the host modules)")
     parser.add_argument("--remote", metavar="URL",
                         help="redis://HOST:PORT/DB: publish every key there after warming; with --check, check it")
     parser.add_argument("--report", type=Path, help="also write the summary as JSON to this file")
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(note, file=sys.stderr)
     start = time.perf_counter()
-    outcomes = run_compile(deployment, args.jobs, progress)
+    outcomes = run_compile(deployment, args.jobs, progress, keep_ir=args.keep_ir)
     wall = time.perf_counter() - start
     rows = summarise(outcomes)
     print(format_table(rows))

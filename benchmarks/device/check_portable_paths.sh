@@ -9,7 +9,7 @@
 # carried beside the tree. Steps:
 #   1. warm a fresh cache with the portable binaries of every shipped manifest and of the
 #      layout manifests the GPU tests load (tests/manifests), for this GPU (they are other
-#      binaries than the NVIDIA paths', so another cache);
+#      binaries than the NVIDIA paths', so another cache), with their IR (step 2 reads the PTX);
 #   2. the whole GPU test mode with the switch on: every reference, golden-vector, graph and
 #      no-compile test on the portable paths; test_the_code_paths_this_process_runs fails if
 #      the switch did not take (PTX markers of the NVIDIA paths);
@@ -30,7 +30,7 @@ step() {  # step NAME TIMEOUT COMMAND...
 }
 python3 -c "import sys, torch, triton; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}, Triton {triton.__version__}, {torch.cuda.get_device_name()}')"
 step warm-portable 240 env JITKERN_PORTABLE_PATHS=1 python3 -m jitkern.warmup warmup_manifests/*.json \
-  tests/manifests/*.json --no-progress
+  tests/manifests/*.json --keep-ir --no-progress
 step tests-portable 420 env JITKERN_PORTABLE_PATHS=1 JITKERN_TEST_MODE=gpu \
   python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider -rs "${@:-tests}"
 step both-paths 180 env -u JITKERN_PORTABLE_PATHS JITKERN_TEST_MODE=gpu \

@@ -7,7 +7,8 @@
 # Expects two ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
 # their dependencies as cp312 wheels: the device image lacks them) and .cache-h200/ (the
 # shipped manifests compiled for cuda:90 on a CPU machine:
-# python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .cache-h200).
+# python -m jitkern.warmup warmup_manifests/*.json --target cuda:90 --cache-dir .cache-h200 --keep-ir;
+# some GPU tests read the PTX of the binaries they load).
 # The golden vectors travel with the tree, in tests/golden/.
 # Each step runs even if one before it failed; the summary lines come last.
 set -u

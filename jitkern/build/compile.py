@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from jitkern import hooks
 from jitkern.build.host_modules import build_launcher, stub_libcuda
 from jitkern.cache.entries import DamagedCacheEntry
-from jitkern.cache.manager import own_lock_shows_damage
+from jitkern.cache.manager import binaries_only, own_lock_shows_damage
 from jitkern.cache.trust import building_own_cache
 from jitkern.kernel import registry
 from jitkern.kernel.base import JitKernel, TritonJitKernel
@@ -56,8 +56,13 @@ class CompileOutcome:
     """What the target could not grant the key, which was built without it (PDL before sm_90)."""
 
 
-def compile_task(task: CompileTask) -> CompileOutcome:
+def compile_task(task: CompileTask, keep_ir: bool = False) -> CompileOutcome:
     """Compile one key here; a compiler error becomes a failed outcome, not an exception.
+
+    The entry it writes holds what a serving process loads, the binary and its metadata
+    (``keep_ir``: every IR file too, for debugging; ``binaries_only``). An entry already
+    in the cache is used as it is, with its IR or without: it is whole and locked, and
+    rewriting it would race the processes reading it.
 
     A damaged cache entry reads as absent (``jitkern.cache``), so it is compiled again
     and replaced; the outcome says what was wrong with it. So is an entry whose files
@@ -76,7 +81,8 @@ def compile_task(task: CompileTask) -> CompileOutcome:
         warnings.simplefilter("always", DamagedCacheEntry)
         try:
             with own_lock_shows_damage(), building_own_cache():
-                with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile):
+                with compile_only(parse_target(task.target)), hooks.watching(on_compile=on_compile), \
+                        binaries_only(not keep_ir):
                     binary = kernel.compile(task.key)
                     notes = target_notes(kernel, task.key)
                 if binary is not None:
@@ -101,13 +107,15 @@ def compile_tasks(
     jobs: int,
     modules: list[str],
     on_outcome: Callable[[CompileOutcome], None] = lambda outcome: None,
+    keep_ir: bool = False,
 ) -> list[CompileOutcome]:
     """Compile every task, with ``jobs`` worker processes when ``jobs > 1`` (costliest
-    kernels first: see ``JitKernel.compile_cost``). Outcomes come back in task order."""
+    kernels first: see ``JitKernel.compile_cost``), keeping the IR files when ``keep_ir``
+    (``compile_task``). Outcomes come back in task order."""
     if jobs <= 1 or len(tasks) <= 1:
         outcomes = []
         for task in tasks:
-            outcomes.append(compile_task(task))
+            outcomes.append(compile_task(task, keep_ir))
             on_outcome(outcomes[-1])
         return outcomes
     prepare_triton()  # once here, not once per forked worker
@@ -119,7 +127,7 @@ def compile_tasks(
         initargs=(modules,),
     ) as pool:
         by_cost = sorted(tasks, key=lambda task: -registry.get_kernel(task.kernel_name).compile_cost)
-        futures = {pool.submit(compile_task, task): task for task in by_cost}
+        futures = {pool.submit(compile_task, task, keep_ir): task for task in by_cost}
         for future in as_completed(futures):
             outcome = future.result()
             by_task[futures[future]] = outcome
@@ -166,12 +174,14 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-def run_compile(deployment: Any, jobs: int, progress: bool = True) -> list[CompileOutcome]:
-    """Compile every key of a ``Deployment`` (``jitkern.manifest``), with a progress bar."""
+def run_compile(deployment: Any, jobs: int, progress: bool = True, keep_ir: bool = False) -> list[CompileOutcome]:
+    """Compile every key of a ``Deployment`` (``jitkern.manifest``), with a progress bar;
+    ``keep_ir``: the entries keep their IR files (``compile_task``)."""
     tasks = tasks_of(deployment)
     bar = progress_bar(len(tasks), "compiling", progress)
     try:
-        return compile_tasks(tasks, jobs, deployment.modules, on_outcome=lambda outcome: bar.update(1))
+        return compile_tasks(tasks, jobs, deployment.modules, on_outcome=lambda outcome: bar.update(1),
+                             keep_ir=keep_ir)
     finally:
         bar.close()
 

@@ -9,7 +9,9 @@ chose another with ``TRITON_CACHE_MANAGER``). Compared with Triton's own it
   again and replaces it (and the guard, in error mode, refuses instead);
 - reads the cache directory, then installed cache wheels, then Redis
   (``JITKERN_REMOTE_CACHE``), writing what it takes from Redis into the cache directory;
-- falls back to a private directory for writes when the cache is read-only.
+- falls back to a private directory for writes when the cache is read-only;
+- within ``binaries_only()`` (a warmup's compiles), writes an entry's binary and
+  metadata only, none of its IR.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import tempfile
 import threading
 import warnings
+from typing import Iterator
 
 import triton
 from triton.runtime.cache import FileCacheManager
@@ -84,9 +87,9 @@ class JitkernCacheManager(FileCacheManager):
         entry, refused = read_through(self.key)
         if refused is not None:
             state = EntryState(None, refused)
-        if entry is not None:
-            self.put(entry.record_bytes, RECORD_FILE)  # its signature, for processes that trust the HMAC key
-            paths = {name: self.put(data, name) for name, data in sorted(entry.files.items())}
+        if entry is not None:  # written as Redis holds it, IR files or not
+            self._write(entry.record_bytes, RECORD_FILE)  # its signature, for processes that trust the HMAC key
+            paths = {name: self._write(data, name) for name, data in sorted(entry.files.items())}
             FileCacheManager.put_group(self, filename, paths)  # written last: the entry is whole from here on
             written = inspect_entry(os.path.dirname(paths[filename]), filename) if filename in paths else state
             if written.usable:
@@ -96,11 +99,19 @@ class JitkernCacheManager(FileCacheManager):
         return None
 
     def put_group(self, filename: str, group: dict[str, str]) -> str:
+        if getattr(_scratch, "dir", None) is not None:
+            group = {name: path for name, path in group.items() if not name.endswith(_SOURCE_SUFFIX)}
         path = super().put_group(filename, group)
         _publish_serve_time_compile(self.key, filename, group)
         return path
 
     def put(self, data, filename, binary=True) -> str:
+        scratch = getattr(_scratch, "dir", None)
+        if scratch is not None and filename.endswith(_SOURCE_SUFFIX):
+            return _manager_at(self.key, os.path.join(scratch, self.key)).put(data, filename, binary)
+        return self._write(data, filename, binary)
+
+    def _write(self, data, filename, binary=True) -> str:
         if self._private_dir is None:
             try:
                 return super().put(data, filename, binary)
@@ -108,11 +119,54 @@ class JitkernCacheManager(FileCacheManager):
                 if error.errno not in _UNWRITABLE:
                     raise
                 self._private_dir = os.path.join(_private_root(self.cache_dir, error), self.key)
-        os.makedirs(self._private_dir, exist_ok=True)
-        private = FileCacheManager.__new__(FileCacheManager)
-        private.key, private.cache_dir = self.key, self._private_dir
-        private.lock_path = os.path.join(self._private_dir, "lock")
-        return private.put(data, filename, binary)
+        return _manager_at(self.key, self._private_dir).put(data, filename, binary)
+
+
+def _manager_at(key: str, folder: str) -> FileCacheManager:
+    """Triton's own manager writing entry ``key``'s files into ``folder``."""
+    os.makedirs(folder, exist_ok=True)
+    manager = FileCacheManager.__new__(FileCacheManager)
+    manager.key, manager.cache_dir, manager.lock_path = key, folder, os.path.join(folder, "lock")
+    return manager
+
+
+_SOURCE_SUFFIX = ".source"
+"""The TTIR Triton starts a compile from (``<kernel>.source``)."""
+_BINARY_ONLY_VARIABLE = "TRITON_STORE_BINARY_ONLY"
+_scratch = threading.local()
+
+
+@contextlib.contextmanager
+def binaries_only(on: bool = True) -> Iterator[None]:
+    """Within the block, an entry Triton compiles holds what a serving process loads, its
+    binary and metadata, and none of the IR (``on=False``: every IR file, for debugging).
+
+    A serving process reads the binary and metadata alone; the IR is most of an entry's
+    bytes, on disk, in a wheel and in Redis. Triton's ``store_binary_only`` knob (set for
+    the block, then as it was, with its variable) leaves out the IR of each compile stage.
+    The TTIR Triton starts from (``_SOURCE_SUFFIX``), which it writes whatever the knob
+    says, goes to a scratch folder removed at the end of the block: outside the entry and
+    its group, where Triton's ``CompiledKernel`` still reads it. The knob is not one of
+    Triton's cache-invalidating settings: an entry of either kind has the same cache key,
+    and every process finds it whatever it sets.
+    """
+    compilation, variable = triton.knobs.compilation, os.environ.get(_BINARY_ONLY_VARIABLE)
+    knob, previous = vars(compilation).get("store_binary_only"), getattr(_scratch, "dir", None)
+    compilation.store_binary_only = on
+    try:
+        with tempfile.TemporaryDirectory(prefix="jitkern-ir-") if on else contextlib.nullcontext() as scratch:
+            _scratch.dir = scratch
+            yield
+    finally:
+        _scratch.dir = previous
+        if knob is None:
+            del compilation.store_binary_only
+        else:
+            compilation.store_binary_only = knob
+        if variable is None:
+            os.environ.pop(_BINARY_ONLY_VARIABLE, None)
+        else:
+            os.environ[_BINARY_ONLY_VARIABLE] = variable
 
 
 def lookup_entry(folder: str, group_name: str, verified: bool = True) -> EntryState:

@@ -2,7 +2,7 @@
 
 Loading a warmed binary through Triton (``JITFunction.warmup``) binds stand-in arguments,
 imports Gluon for its specialiser, rebuilds the binary's cache key and reads every file
-of its entry (the binary and four IR texts); jitkern then generates and compiles the
+of its entry (the binary, its metadata, any IR); jitkern then generates and compiles the
 binary's direct launch. About 4 ms a binary, over 1 s for a deployment of 300. What that
 work finds depends only on the deployment: the manifests, the code of jitkern and of the
 kernels, Triton's build, this GPU's target, the cache's roots and the settings. So the

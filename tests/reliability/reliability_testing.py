@@ -16,17 +16,19 @@ from jitkern.build.compile import COMPILED, CACHED, compile_task, tasks_of
 from jitkern.manifest import resolve
 
 
-def warm(manifest: Path) -> dict[Any, Path]:
-    """Compile every key of ``manifest`` for cuda:90 in this process; key -> its cache entry."""
+def warm(manifest: Path, keep_ir: bool = False) -> dict[Any, Path]:
+    """Compile every key of ``manifest`` for cuda:90 in this process (``keep_ir``: as
+    ``--keep-ir`` does); key -> its cache entry."""
     plan, _note = resolve([str(manifest)], "cuda:90")
     forget_all_binaries()  # so that every key goes to the cache
     entries: dict[Any, Path] = {}
     for task in tasks_of(plan):
         groups: list[dict] = []
         with hooks.watching(on_compile=lambda *, metadata_group, **_: groups.append(metadata_group)):
-            outcome = compile_task(task)
+            outcome = compile_task(task, keep_ir)
         assert outcome.status in (COMPILED, CACHED), outcome.error
-        entries[task.key] = Path(next(iter(groups[-1].values()))).parent
+        metadata = next(path for name, path in groups[-1].items() if name.endswith(".json"))
+        entries[task.key] = Path(metadata).parent
     return entries
 
 

@@ -30,12 +30,13 @@ AXPY = "jitkern.example.axpy"
 
 
 @pytest.fixture
-def deployment(tmp_path, monkeypatch):
+def deployment(request, tmp_path, monkeypatch):
     """A warmed example deployment of several layouts a key, a private state directory,
-    and the arguments each launch passes to its launcher."""
+    and the arguments each launch passes to its launcher. Its entries are binary-only, or
+    keep their IR files when the test parametrizes it (indirectly) with True."""
     manifest = example_manifest(tmp_path / "m.json", layout={"unaligned": ["x", "y", "out"]},
                                 dtypes=["float32", "bfloat16"])
-    entries = warm(manifest)
+    entries = warm(manifest, keep_ir=getattr(request, "param", False))
     calls = []
 
     def launcher_cls(self, src, metadata):
@@ -232,7 +233,13 @@ def damage_an_ir_file(entry):
     ptx.unlink()
 
 
-@pytest.mark.parametrize("damage", [damage_binary, damage_an_ir_file])
+def damage_the_metadata(entry):
+    (group,) = entry.glob("__grp__*.json")
+    (entry / group.name.removeprefix("__grp__")).unlink()
+
+
+@pytest.mark.parametrize("damage,deployment", [(damage_binary, False), (damage_the_metadata, False),
+                                               (damage_an_ir_file, True)], indirect=["deployment"])
 def test_an_entry_damaged_since_the_memo_is_never_loaded(deployment, damage):
     """The memo's path checks each entry as the cache manager does; on a problem the full
     path runs and names the key, as it would without a memo."""
@@ -246,16 +253,17 @@ def test_an_entry_damaged_since_the_memo_is_never_loaded(deployment, damage):
     assert victim.layout not in registry.get_kernel(AXPY).binaries.layouts_of(victim.key)
 
 
-def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, triton_cache):
+@pytest.mark.parametrize("rewritten,deployment", [("cubin", False), ("ptx", True)], indirect=["deployment"])
+def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, triton_cache, rewritten):
     manifest, entries, _calls = deployment
     plan, _note = resolve([str(manifest)], "cuda:90")
     _path, digest = write_lock(str(triton_cache), build_lock(tasks_of(plan)).lock)
     with settings.scope(lock_digest=digest):
         load([str(manifest)])
         victim = sorted(entries, key=str)[0]
-        (ptx,) = entries[victim].glob("*.ptx")
-        text = ptx.read_bytes()
-        ptx.write_bytes(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))  # same size, other bytes
+        (file,) = entries[victim].glob(f"*.{rewritten}")
+        text = file.read_bytes()
+        file.write_bytes(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))  # same size, other bytes
         forget_all_binaries()
         with pytest.raises(MissingBinary, match="does not match the lock"), pytest.warns(DamagedCacheEntry):
             load([str(manifest)])

@@ -60,7 +60,7 @@ PROBLEMS = {
 
 def test_check_names_each_damaged_entry_by_key_and_warmup_replaces_it(tmp_path, triton_cache):
     manifest = example_manifest(tmp_path / "m.json", dtypes=["float32", "float16"])  # 6 keys
-    entries = warm(manifest)
+    entries = warm(manifest, keep_ir=True)  # a .ptx to delete; binary-only entries: test_binary_only.py
     damaged = dict(zip(PROBLEMS, random.sample(sorted(entries, key=str), len(PROBLEMS))))
     for how, key in damaged.items():
         damage(entries[key], how)
