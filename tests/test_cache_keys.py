@@ -26,8 +26,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).with_name("cache_keys.json")
-MODULES = ("jitkern.examples.axpy", "step5.ops.summary_update", "deepseek_v4")  # importing them registers the kernels
-PACKAGES = ("jitkern.examples.axpy", "step5", "deepseek_v4")  # where their kernel classes are defined
+MODULES = ("jitkern.examples.axpy", "jitkern.examples.grouped_gemm", "step5.ops.summary_update", "deepseek_v4")  # importing them registers the kernels
+PACKAGES = ("jitkern.examples", "step5", "deepseek_v4")  # where their kernel classes are defined
 UPDATE = "python tests/test_cache_keys.py --update"
 NOTE = ("The Triton cache key (JITFunction.cache_key) of each shipped kernel: its @triton.jit source and starting "
         f"line and its helpers'. tests/test_cache_keys.py fails when one changes; after a deliberate change: {UPDATE}")
