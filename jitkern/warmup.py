@@ -31,7 +31,7 @@ from jitkern import settings
 from jitkern.build.check import NoLock, checking_every_file, run_check, run_remote_check
 from jitkern.build.compile import default_jobs, run_compile, tasks_of
 from jitkern.build.probe import build_lock
-from jitkern.build.report import format_notes, format_table, report, summarise
+from jitkern.build.report import binary_list, format_notes, format_table, report, summarise
 from jitkern.cache.identity import cache_directory, compiler_identity, record_identity
 from jitkern.cache.lock import Lock, LockError
 from jitkern.cache.remote import RedisStore, RemoteUnavailable
@@ -117,30 +117,6 @@ def _print_load(manifest_paths: list[str]) -> int:
     return 0
 
 
-def _print_list(deployment: Deployment) -> None:
-    """Every binary, with the declaration that made each class it differs in, then per
-    kernel how many binaries each declaration multiplies."""
-    domains = {}  # (kernel, binary) -> the layout domain it was enumerated in
-    factors: dict[str, dict[str, set]] = {}  # kernel -> declaration -> the class counts it gave
-    for loaded in deployment.manifests:
-        for entry in loaded.entries:
-            for binary in entry.keys:
-                domains.setdefault((entry.kernel.name, binary), entry.domain)
-            for key in dict.fromkeys(binary.key for binary in entry.keys):
-                for reason, count in entry.kernel.layouts.factors(key, entry.domain).items():
-                    factors.setdefault(entry.kernel.name, {}).setdefault(reason, set()).add(count)
-    for target, entries in deployment.by_target.items():
-        for name, key in entries:
-            domain = domains.get((name, key))
-            reasons = registry.get_kernel(name).layouts.reasons(key, domain) if domain is not None else {}
-            why = f"  # {'; '.join(reasons.values())}" if reasons else ""
-            print(f"{name}[{key_name(key)}] for {target}{why}")
-    for name, made in factors.items():
-        keys = len({key.key for entries in deployment.by_target.values() for kernel, key in entries if kernel == name})
-        print(f"{name}: {keys} keys, each multiplied by " + ", ".join(
-            f"{reason} x{'/'.join(map(str, sorted(counts)))}" for reason, counts in made.items()))
-
-
 def _merge_record(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jitkern.warmup merge-record",
@@ -188,11 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:
-        _print_list(deployment)
-        counts = {target: len(entries) for target, entries in deployment.by_target.items()}
-        total = sum(counts.values())
-        print(f"{total} keys for {deployment.targets[0]}" if len(counts) == 1 else
-              f"{total} keys: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
+        print("\n".join(binary_list(deployment)))
         return 0
     if args.load:
         return _print_load(args.manifests)

@@ -1,4 +1,5 @@
-"""What a warmup run reports: a row per target and kernel, as a table and as JSON."""
+"""What a warmup run reports: a row per target and kernel, as a table and as JSON; and
+what ``--list`` prints of a deployment: every binary, and why it exists."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections import Counter
 from typing import Any
 
 from jitkern.build.compile import CACHED, COMPILED, FAILED, CompileOutcome
-from jitkern.layouts.binary_key import key_fields
+from jitkern.kernel import registry
+from jitkern.layouts.binary_key import key_fields, key_name
+from jitkern.manifest import Deployment
 
 
 def summarise(outcomes: list[CompileOutcome]) -> list[dict[str, Any]]:
@@ -72,3 +75,33 @@ def format_notes(rows: list[dict[str, Any]]) -> list[str]:
     """One line per target, kernel and note: ``note: K for T: N keys: ...``."""
     return [f"note: {row['kernel']} for {row['target']}: {count} key{'s' if count > 1 else ''}: {note}"
             for row in rows for note, count in row.get("notes", {}).items()]
+
+
+def binary_list(deployment: Deployment) -> list[str]:
+    """``--list``: every binary, with the declaration that made each class it differs in
+    from its key's stand-ins; per kernel, how many binaries each declaration multiplies;
+    last, the count."""
+    domains = {}  # (kernel, binary) -> the layout domain it was enumerated in
+    factors: dict[str, dict[str, set]] = {}  # kernel -> declaration -> the class counts it gave
+    for loaded in deployment.manifests:
+        for entry in loaded.entries:
+            for binary in entry.keys:
+                domains.setdefault((entry.kernel.name, binary), entry.domain)
+            for key in dict.fromkeys(binary.key for binary in entry.keys):
+                for reason, count in entry.kernel.layouts.factors(key, entry.domain).items():
+                    factors.setdefault(entry.kernel.name, {}).setdefault(reason, set()).add(count)
+    lines = []
+    for target, entries in deployment.by_target.items():
+        for name, key in entries:
+            domain = domains.get((name, key))
+            reasons = registry.get_kernel(name).layouts.reasons(key, domain) if domain is not None else {}
+            lines.append(f"{name}[{key_name(key)}] for {target}" + (f"  # {'; '.join(reasons.values())}" if reasons else ""))
+    for name, made in factors.items():
+        keys = len({key.key for entries in deployment.by_target.values() for kernel, key in entries if kernel == name})
+        lines.append(f"{name}: {keys} keys, each multiplied by " + ", ".join(
+            f"{reason} x{'/'.join(map(str, sorted(counts)))}" for reason, counts in made.items()))
+    counts = {target: len(entries) for target, entries in deployment.by_target.items()}
+    total = sum(counts.values())
+    lines.append(f"{total} keys for {deployment.targets[0]}" if len(counts) == 1 else
+                 f"{total} keys: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
+    return lines

@@ -178,6 +178,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     binaries: BinaryTable
     """The binaries this process holds for the kernel, and its launch path."""
     _declaration: ClassVar[Declaration | None] = None
+    _author_launcher: ClassVar[Callable[..., LaunchSpec] | None] = None  # the __call__ a declared key is read around
 
     @classmethod
     def _declare(cls) -> None:
@@ -289,9 +290,12 @@ def _adopt_declaration(cls: type) -> None:
     """Make, for a class whose ``CompileKey`` declares its fields, what they give: its
     ``dispatch`` and ``get_warmup_keys`` unless it writes them, and its ``__call__`` around
     a launcher that takes ``compile_key``."""
-    if "CompileKey" not in cls.__dict__ and "__call__" not in cls.__dict__:
+    writes_dispatch = "dispatch" in cls.__dict__
+    if "CompileKey" not in cls.__dict__ and "__call__" not in cls.__dict__ and not writes_dispatch:
         return
     build = getattr(cls.__dict__.get("__call__"), "launch_spec", None)
+    if build is None and writes_dispatch:  # a subclass keying otherwise: the launcher made anew around its dispatch
+        build = getattr(cls, "_author_launcher", None)
     key_class = getattr(cls, "CompileKey", None)
     declared = key_class is not None and any(METADATA in field.metadata for field in dataclasses.fields(key_class))
     takes_key = build is not None and list(inspect.signature(build).parameters)[1:2] == ["compile_key"]
@@ -308,13 +312,14 @@ def _adopt_declaration(cls: type) -> None:
     if cls.get_warmup_keys is JitKernel.get_warmup_keys:
         cls.get_warmup_keys = declaration.get_warmup_keys()
     if takes_key:
-        source, namespace = declaration.launcher_source()
+        source, namespace = declaration.launcher_source(writes_dispatch)
         namespace.update(MAKE=declaration.make, BUILD=build, RECORDING=recording)
         exec(compile(source, f"<launcher of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own source
         for name in ("__call__", "launch_spec"):
             functools.update_wrapper(namespace[name], build)
         cls.__call__ = namespace["__call__"]
         cls._build_launch_spec = namespace["launch_spec"]
+        cls._author_launcher = build
 
 
 def _names(cls: type, attribute: str) -> frozenset[str]:

@@ -209,9 +209,10 @@ class Declaration:
                 fields[name] = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
         return self.key_class(**fields)
 
-    def launcher_source(self) -> tuple[str, dict[str, Any]]:
+    def launcher_source(self, own_dispatch: bool = False) -> tuple[str, dict[str, Any]]:
         """The source of the ``__call__`` (and ``launch_spec``) made around the author's:
-        the key read from the arguments, then the author's launcher given it."""
+        the key read from the arguments (by the class's own ``dispatch`` when it writes
+        one), then the author's launcher given it."""
         namespace: dict[str, Any] = {}
         parts, arguments = [], []
         for parameter in self.parameters:
@@ -239,14 +240,16 @@ class Declaration:
                 namespace[f"READ_{name}"] = field.function
                 reads.append(f"READ_{name}({', '.join(field.reads)})")
         signature, call = ", ".join(["self", *parts]), ", ".join(arguments)
+        make = (f"self.dispatch({', '.join(f'{name}={read}' for name, read in zip(self.read, reads))})" if own_dispatch
+                else f"MAKE({', '.join(reads)}{',' if len(reads) == 1 else ''})")
         source = "\n".join([
             f"def launch_spec({signature}):",
-            f"    compile_key = MAKE({', '.join(reads)}{',' if len(reads) == 1 else ''})",
+            f"    compile_key = {make}",
             f"    spec = BUILD(self, compile_key, {call})",
             "    spec.key = compile_key",
             "    return spec",
             f"def __call__({signature}):",
-            f"    compile_key = MAKE({', '.join(reads)}{',' if len(reads) == 1 else ''})",
+            f"    compile_key = {make}",
             f"    spec = BUILD(self, compile_key, {call})",
             "    spec.key = compile_key",
             "    launched = self.launch(spec)",
@@ -355,6 +358,8 @@ def _stand_in(spec: Tensor, key: Any, dtype_name: str | None, sizes: dict[int, i
     dtype = dtype_name or spec.dtype
     if isinstance(dtype, str):
         dtype = getattr(key, dtype) if dtype in {f.name for f in dataclasses.fields(key)} else dtype
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):  # a key read from a manifest or a record
+            raise ValueError(f"dtype {dtype!r} is not a torch dtype")
         dtype = getattr(torch, dtype)
     if dtype is None:
         raise DeclarationError("a Tensor stand-in with no dtype: give Tensor(dtype=...) or a dtype_of field")

@@ -17,8 +17,10 @@ from jitkern.layouts.domains import name_stand_ins, origins
 from jitkern.layouts.misses import explain_miss, explain_unwarmed_key
 from jitkern.layouts.specialisation import (
     LARGE,
+    int_classes,
     layout_text,
     parse_layout,
+    runtime_params,
     specialisation,
     specialising_backend,
     stand_ins_for,
@@ -106,6 +108,18 @@ class KernelLayouts:
                 values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]
         return {"unaligned": unaligned, "values": values}
 
+    def takes_every_class(self, key: Any, name: str, domain: LayoutDomain) -> bool:
+        """Whether a stride (``z.0``) or integer argument of ``key`` takes every class Triton
+        gives integers inside ``domain`` ("any": a value of it adds nothing to the domain)."""
+        kwargs, base = self.stand_ins(key)
+        strides = {f"{tensor}.{dim}": argument for argument, (tensor, dim) in origins(kwargs).strides.items()}
+        argument = strides.get(name, name)
+        param = next((param for param in runtime_params(self.kernel.kernel) if param.name == argument), None)
+        if param is None or argument not in base:
+            return False
+        choices = argument_domains(self.kernel, kwargs, base, domain)[argument]
+        return set(int_classes(param, self.kernel.large_ints)) <= set(choices)
+
     def usual_value(self, key: Any, name: str) -> int | None:
         """The stand-ins' value of a stride (``z.0``) or integer argument of ``key``."""
         kwargs = self.stand_ins(key)[0]
@@ -176,11 +190,15 @@ class KernelLayouts:
         full = lambda layout: {**base, **parse_layout(layout)}  # noqa: E731
         return explain_miss(full(binary.layout), [full(layout) for layout in warmed_layouts], origins(kwargs))
 
-    def declare(self, domain: LayoutDomain) -> None:
-        """Add ``domain``'s value domains to those this process's deployment declares."""
-        for name, values in domain.values.items():
-            if values not in self.declared.setdefault(name, []):
-                self.declared[name].append(values)
+    def declare(self, domains: Iterable[LayoutDomain]) -> None:
+        """The value domains of the deployment this process loaded (``load()``), replacing those
+        of any load before: a launch outside them is named so."""
+        declared: dict[str, list[ValueDomain]] = {}
+        for domain in domains:
+            for name, values in domain.values.items():
+                if values not in declared.setdefault(name, []):
+                    declared[name].append(values)
+        self.declared = declared
 
     def outside(self, spec: Any) -> list[str]:
         """Each stride or integer of a launch (a ``LaunchSpec``) outside every value domain
@@ -254,53 +272,19 @@ class NoLayouts:
         return [BinaryKey(key) for key in keys]
 
     def seen(self, binary: BinaryKey, spec: Any) -> dict[str, Any]:
-        """What a launch (a ``LaunchSpec`` of ``binary``) passed where its layout differs from
-        the key's stand-ins, as a layout domain names it: ``{"unaligned": [tensors],
-        "values": {"z.0": 608, "n_tokens": 1}}`` (what the guard records)."""
-        found = origins(self.stand_ins(binary.key)[0])
-        unaligned, values = [], {}
-        for name, text in parse_layout(binary.layout).items():
-            if text.startswith("*") and name in found.tensors:
-                unaligned.append(found.tensors[name])
-            elif not text.startswith("*") and isinstance(spec.kwargs.get(name), int):
-                tensor_dim = found.strides.get(name)
-                values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]
-        return {"unaligned": unaligned, "values": values}
+        return {"unaligned": [], "values": {}}
+
+    def takes_every_class(self, key: Any, name: str, domain: LayoutDomain) -> bool:
+        return False
 
     def usual_value(self, key: Any, name: str) -> int | None:
-        """The stand-ins' value of a stride (``z.0``) or integer argument of ``key``."""
-        kwargs = self.stand_ins(key)[0]
-        strides = {f"{tensor}.{dim}": argument for argument, (tensor, dim) in origins(kwargs).strides.items()}
-        value = kwargs.get(strides.get(name, name))
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        return None
 
     def reasons(self, binary: BinaryKey, domain: LayoutDomain) -> dict[str, str]:
-        """Why each runtime argument whose class the binary's layout names differs from its
-        key's stand-ins: the declaration of ``domain`` that made it, in words."""
-        kwargs, _ = self.stand_ins(binary.key)
-        return {name: self._reason(name, kwargs, domain) for name in parse_layout(binary.layout)}
+        return {}
 
     def factors(self, key: Any, domain: LayoutDomain) -> dict[str, int]:
-        """How many classes each argument of ``key`` takes inside ``domain`` (those that take
-        more than one): their product is the number of binaries of the key."""
-        kwargs, base = self.stand_ins(key)
-        found = argument_domains(self.kernel, kwargs, base, domain)
-        return {self._reason(name, kwargs, domain): len(choices) for name, choices in found.items() if len(choices) > 1}
-
-    def _reason(self, name: str, kwargs: dict[str, Any], domain: LayoutDomain) -> str:
-        found = origins(kwargs)
-        if name in found.tensors:
-            return f"{found.tensors[name]} unaligned"
-        if name in found.strides:
-            tensor, dim = found.strides[name]
-            values = domain.stride_values(tensor, dim) or domain.values.get(name)
-            if values is not None:
-                return f"{tensor}.{dim} in {values.describe()}"
-            return f"{tensor}.{dim} strided" if domain.allows_any_stride(tensor, dim) else \
-                f"{tensor}.{dim} varies with its sizes"
-        if name in domain.values:
-            return f"{name} in {domain.values[name].describe()}"
-        return f"{name} any value"
+        return {}
 
     def tensor_dims(self, key: Any) -> dict[str, int]:
         return {}

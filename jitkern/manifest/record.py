@@ -62,22 +62,19 @@ def merge_domain(document_entry: dict, entry: Any, binary: Any, item: dict) -> b
         if tensor not in layout.setdefault("unaligned", []):
             layout["unaligned"].append(tensor)
     for name, value in item.get("values", {}).items():
-        if "." in name and entry.domain.allows_any_stride(*_tensor_dim(name)):
-            continue
+        if entry.kernel.layouts.takes_every_class(binary.key, name, entry.domain):
+            continue  # "any" already: a value would narrow it
         declared = entry.domain.values.get(name)  # the entry's own, else the manifest's
         if declared is not None and not declared.values:
             if value not in declared:
                 return False  # a range: widening it is the user's call
             continue
         usual = entry.kernel.layouts.usual_value(binary.key, name)
-        current = list(declared.values) if declared is not None else [usual] if usual is not None else []
+        current = layout.get("values", {}).get(name)  # widened by an earlier line of the record
+        if current is None:
+            current = list(declared.values) if declared is not None else [usual] if usual is not None else []
         layout.setdefault("values", {})[name] = sorted(set(current) | {value})
     return True
-
-
-def _tensor_dim(name: str) -> tuple[str, int]:
-    tensor, _, dim = name.partition(".")
-    return tensor, int(dim)
 
 
 def _binary_key(loaded: Any, item: dict) -> Any:

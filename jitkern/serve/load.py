@@ -94,9 +94,12 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
             registry.get_kernel(name).binaries.prepare()
         return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
     deployment, _note = resolve(manifest_paths, target=None)
-    for loaded_manifest in deployment.manifests:  # so the guard names a launch outside them
+    domains: dict[Any, list[Any]] = {}  # so the guard names a launch outside them
+    for loaded_manifest in deployment.manifests:
         for entry in loaded_manifest.entries:
-            entry.kernel.layouts.declare(entry.domain)
+            domains.setdefault(entry.kernel, []).append(entry.domain)
+    for kernel, declared in domains.items():
+        kernel.layouts.declare(declared)
     here, entries = next(iter(deployment.by_target.items()))  # this GPU's target (with none: the manifests' first)
     fresh: list[str] = []
 

@@ -58,6 +58,7 @@ from jitkern.cache.roots import read_roots
 from jitkern.kernel import registry
 from jitkern.launch.direct import known_code
 from jitkern.layouts.binary_key import BinaryKey
+from jitkern.layouts.domains import LayoutDomain
 from jitkern.layouts.values import ValueDomain
 from jitkern.memo import file_stats, triton_root
 from jitkern.serve.compiled import compiled_kernel, sharing_identical_work
@@ -316,8 +317,8 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
             binaries, seconds = loaded.get(record["kernel"], (0, 0.0))
             loaded[record["kernel"]] = (binaries + 1, seconds + time.perf_counter() - start)
     for name, declared in memo["declared"].items():
-        kernels[name].layouts.declared = {field: [ValueDomain(*domain) for domain in domains]
-                                          for field, domains in declared.items()}
+        kernels[name].layouts.declare(LayoutDomain(values={field: ValueDomain(*domain)})
+                                      for field, domains in declared.items() for domain in domains)
     for name, key, recipe, layouts in memo["pickers"]:
         kernels[name].binaries.adopt_picker(_decode_key(kernels[name].CompileKey, key), recipe, layouts)
     return loaded

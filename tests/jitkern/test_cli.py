@@ -72,8 +72,12 @@ def test_list_prints_every_key_and_the_count(tmp_path):
     run = warmup(EXAMPLE, "--list", cache_dir=tmp_path)
     assert run.returncode == 0
     lines = run.stdout.strip().splitlines()
-    assert lines[-1] == "72 keys for cuda:90" and len(lines) == 73  # the manifest's target (no GPU here)
-    assert all(line.startswith("jitkern.example.axpy[dtype=") and line.endswith("] for cuda:90") for line in lines[:-1])
+    assert lines[-1] == "72 keys for cuda:90" and len(lines) == 74  # the manifest's target (no GPU here)
+    binaries = [line.split("  # ")[0] for line in lines[:-2]]
+    assert all(line.startswith("jitkern.example.axpy[dtype=") and line.endswith("] for cuda:90") for line in binaries)
+    assert "jitkern.example.axpy[dtype=float16,block_size=1024,layout=X_ptr:*fp16] for cuda:90  # x unaligned" in lines
+    assert lines[-2] == ("jitkern.example.axpy: 3 keys, each multiplied by x unaligned x2, y unaligned x2, "
+                         "out unaligned x2, n_elements any value x3")  # 3 x 2 x 2 x 2 x 3 = 72
     assert not list(tmp_path.iterdir())
 
 

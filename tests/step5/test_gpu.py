@@ -11,7 +11,7 @@ from jitkern.testing import assert_no_compile
 from jitkern.serve import load
 from step5.ops.summary_update import update_decode, update_verify
 from step5_testing import decode_inputs, verify_inputs
-from test_schedule import MANIFESTS, VIEWS_MANIFEST, Schedule, deployment, run_schedule
+from test_schedule import MANIFESTS, VALUES_MANIFEST, VIEWS_MANIFEST, Schedule, deployment, run_schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -59,13 +59,15 @@ def test_warmed_schedule_compiles_nothing(manifest):
         run_schedule(schedule, steps=24)
 
 
-def test_warmed_schedule_of_mixed_layouts_compiles_nothing_with_the_guard_in_error_mode():
+@pytest.mark.parametrize("manifest", [VIEWS_MANIFEST, VALUES_MANIFEST], ids=["any-strides", "by-values"])
+def test_warmed_schedule_of_mixed_layouts_compiles_nothing_with_the_guard_in_error_mode(manifest):
     """key and z as separate tensors, halves of a projection, slices at odd columns (z 8
-    bytes off 16, odd row strides): every layout the views manifest declares, loaded from
-    a cache compiled with no GPU; the schedule checks every step's bytes against the reference."""
-    for loaded in load([str(VIEWS_MANIFEST)]):
+    bytes off 16, odd row strides): every layout the manifest declares (any strides, or the
+    values they take), loaded from a cache compiled with no GPU; the schedule checks every
+    step's bytes against the reference."""
+    for loaded in load([str(manifest)]):
         assert loaded.binaries > 0
-    block_size, draft_tokens, capacity = deployment(VIEWS_MANIFEST)
+    block_size, draft_tokens, capacity = deployment(manifest)
     schedule = Schedule(block_size, draft_tokens, capacity, rows="mixed")
     guard.set_mode("error")
     try:
