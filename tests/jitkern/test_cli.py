@@ -63,7 +63,7 @@ def test_a_warmup_with_workers_leaves_nothing_in_the_temporary_folder(tmp_path):
     temporary.mkdir()
     manifest = example_manifest(tmp_path / "m.json", dtypes=["float32"])
     run = warmup(manifest, "--target", "cuda:90", "--jobs", "2", cache_dir=tmp_path / "cache",
-                 env=dict(os.environ, TMPDIR=str(temporary)))
+                 env=dict(os.environ, TMPDIR=str(temporary)), process=True)  # a process's own temporary folder
     assert run.returncode == 0, run.stderr
     assert list(temporary.iterdir()) == []
 
@@ -153,7 +153,8 @@ def test_a_key_that_fails_before_the_cache_lookup_is_named_and_the_others_locked
                                          "config": {"dtypes": ["float32"], "block_sizes": [1024, 512]}}]}))
     environment = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     cache = tmp_path / "cache"
-    run = warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, env=environment)
+    run = warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache, env=environment,
+                 process=True)  # its PYTHONPATH finds the manifest's module
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     refused = "cannot be compiled: AssertionError: num_warps must be a power of 2"
     unlocked = [line for line in run.stderr.splitlines() if line.startswith("not locked: ")]
@@ -161,7 +162,7 @@ def test_a_key_that_fails_before_the_cache_lookup_is_named_and_the_others_locked
     lock = json.loads((cache / "jitkern-lock.json").read_text())
     assert len(lock["keys"]) == 3 and all("block_size=1024" in key for key in lock["keys"])  # three layouts each
 
-    check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache, env=environment)
+    check = warmup(manifest, "--target", "cuda:90", "--check", cache_dir=cache, env=environment, process=True)
     assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
     assert "3 of 6 keys cannot be used from the cache:" in check.stdout
     assert [line.removeprefix("not locked: ") for line in unlocked] == [

@@ -4,6 +4,8 @@ front end; and the full path whenever anything the memo vouches for changed."""
 
 import gc
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,14 +31,37 @@ pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
 AXPY = "jitkern.example.axpy"
 
 
+def deployment_manifest(folder: Path) -> Path:
+    return example_manifest(folder / "m.json", layout={"unaligned": ["x", "y", "out"]}, dtypes=["float32", "bfloat16"])
+
+
+@pytest.fixture(scope="module")
+def warmed_caches(tmp_path_factory):
+    """The deployment's cache, compiled once a module for each ``keep_ir``: each test warms
+    a copy (the same bytes a compile of its own would write) -> (cache, key -> entry folder)."""
+    made = {}
+
+    def warmed(keep_ir: bool) -> tuple[Path, dict]:
+        if keep_ir not in made:
+            folder = tmp_path_factory.mktemp("warmed")
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("TRITON_CACHE_DIR", str(folder / "cache"))
+                entries = warm(deployment_manifest(folder), keep_ir)
+            made[keep_ir] = folder / "cache", {key: entry.relative_to(folder / "cache") for key, entry in entries.items()}
+        return made[keep_ir]
+
+    return warmed
+
+
 @pytest.fixture
-def deployment(request, tmp_path, monkeypatch):
+def deployment(request, tmp_path, monkeypatch, triton_cache, warmed_caches):
     """A warmed example deployment of several layouts a key, a private state directory,
     and the arguments each launch passes to its launcher. Its entries are binary-only, or
     keep their IR files when the test parametrizes it (indirectly) with True."""
-    manifest = example_manifest(tmp_path / "m.json", layout={"unaligned": ["x", "y", "out"]},
-                                dtypes=["float32", "bfloat16"])
-    entries = warm(manifest, keep_ir=getattr(request, "param", False))
+    manifest = deployment_manifest(tmp_path)
+    warmed, folders = warmed_caches(getattr(request, "param", False))
+    shutil.copytree(warmed, triton_cache, dirs_exist_ok=True)
+    entries = {key: triton_cache / folder for key, folder in folders.items()}
     calls = []
 
     def launcher_cls(self, src, metadata):
