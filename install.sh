@@ -33,6 +33,6 @@ if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
 fi
 # Triton decides cache keys: pin it to the GPU machines' version (see pyproject.toml).
 pip install -q --no-deps "triton==3.6.0" 2>&1 | grep -v "dependency resolver\|requires triton" || true
-pip install -q "numpy<2.4" "pydantic>=2.6,<3" "tqdm>=4.66" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "redis>=5"
+pip install -q "numpy<2.4" "pydantic>=2.6,<3" "tqdm>=4.66" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "redis>=5" "ruff>=0.6"
 pip install -q --no-deps -e .
 .venv/bin/python -c 'import sys, torch, triton; print(f"install.sh: Python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}", file=sys.stderr)'

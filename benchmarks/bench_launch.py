@@ -78,7 +78,8 @@ def three_ways(kernel, spec, every_layout: bool = False):
     from jitkern import LayoutDomain
 
     if every_layout:
-        for binary in kernel.layouts.binary_keys([spec.key], LayoutDomain(unaligned=frozenset(kernel.layouts.tensor_dims(spec.key)))):
+        everywhere = LayoutDomain(unaligned=frozenset(kernel.layouts.tensor_dims(spec.key)))
+        for binary in kernel.layouts.binary_keys([spec.key], everywhere):
             kernel.compile(binary)
     kernel.launch(spec)  # a first launch prepares the direct launch
     direct = kernel.binaries.direct_launch(spec)

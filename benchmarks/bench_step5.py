@@ -112,7 +112,8 @@ def torch_baseline(key, z, ring, mean, sources, from_ring, mean_rows, ring_targe
     def run():
         if sources.numel():
             gathered = torch.where(
-                from_ring[..., None], ring[sources.clamp(max=ring.shape[0] - 1)], step_rows[sources.clamp(max=step_rows.shape[0] - 1)]
+                from_ring[..., None], ring[sources.clamp(max=ring.shape[0] - 1)],
+                step_rows[sources.clamp(max=step_rows.shape[0] - 1)]
             )
             mean.view(-1, 256)[mean_rows] = summarize_regions(gathered[..., :256], gathered[..., 256:])
         if ring_targets.numel():

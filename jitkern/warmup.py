@@ -37,8 +37,6 @@ from jitkern.cache.lock import Lock, LockError
 from jitkern.cache.remote import RedisStore, RemoteUnavailable
 from jitkern.cache.share import keep_signed_records, publish, unreadable_lock, write_lock
 from jitkern.cache.wheel import PackError, pack
-from jitkern.kernel import registry
-from jitkern.layouts.binary_key import key_name
 from jitkern.manifest import Deployment, ManifestError, json_schema, merge_record, resolve
 from jitkern.serve import LoadedKernel, MissingBinary, NoGPU, load, start_process  # noqa: F401 - deprecated homes
 from jitkern.targets import local_target

@@ -26,7 +26,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).with_name("cache_keys.json")
-MODULES = ("jitkern.examples.axpy", "jitkern.examples.grouped_gemm", "step5.ops.summary_update", "deepseek_v4")  # importing them registers the kernels
+# importing them registers the kernels
+MODULES = ("jitkern.examples.axpy", "jitkern.examples.grouped_gemm", "step5.ops.summary_update", "deepseek_v4")
 PACKAGES = ("jitkern.examples", "step5", "deepseek_v4")  # where their kernel classes are defined
 UPDATE = "python tests/test_cache_keys.py --update"
 NOTE = ("The Triton cache key (JITFunction.cache_key) of each shipped kernel: its @triton.jit source and starting "

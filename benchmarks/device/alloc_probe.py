@@ -1,8 +1,10 @@
 """Probe: what a fresh 27 x 3 int32 output costs on the H200's host, by route (dropped
 after each call, as a public call's caller drops it, and kept)."""
-import time, torch
+import time
+import torch
 dev = torch.device("cuda", 0)
-torch.empty(1, device=dev); torch.cuda.synchronize()
+torch.empty(1, device=dev)
+torch.cuda.synchronize()
 n = 27
 i32 = torch.int32
 template = torch.empty(n, 3, dtype=i32, device=dev)

@@ -95,7 +95,8 @@ print("RESULT " + json.dumps(dict(
 def one(experiment: str, state_dir: str) -> dict:
     environment = dict(os.environ, JITKERN_STATE_DIR=state_dir,
                        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", CHILD.format(experiment=experiment)], cwd=REPO, env=environment, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", CHILD.format(experiment=experiment)], cwd=REPO, env=environment,
+                          capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{experiment}: exit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     return json.loads(done.stdout.split("RESULT ", 1)[1])

@@ -341,8 +341,8 @@ def _names(cls: type, attribute: str) -> frozenset[str]:
         for name in sorted(names):
             tensor, _, dim = name.partition(".")
             if known is not None and (tensor if attribute != "pinned_by_key" else name) not in known:
-                raise DeclarationError(f"{at}: {name!r} is not {'a runtime parameter of the kernel' if attribute == 'pinned_by_key' else 'an argument of __call__'} "
-                                       f"({', '.join(sorted(known))})")
+                what = "a runtime parameter of the kernel" if attribute == "pinned_by_key" else "an argument of __call__"
+                raise DeclarationError(f"{at}: {name!r} is not {what} ({', '.join(sorted(known))})")
             if dim and (attribute != "fixed_strides" or not dim.isdigit()):
                 raise DeclarationError(f"{at}: {name!r}: only fixed_strides names a dimension, as TENSOR.DIM")
     return names

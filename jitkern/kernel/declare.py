@@ -171,8 +171,8 @@ class Declaration:
             known = set(self.fields) if field.kind == "derived" else arguments
             for read in field.reads:
                 if read not in known:
-                    raise DeclarationError(f"{at}: reads {read!r}, which is not {'a key field' if field.kind == 'derived' else 'an argument of __call__'} "
-                                           f"({', '.join(sorted(known)) or 'none'})")
+                    what = "a key field" if field.kind == "derived" else "an argument of __call__"
+                    raise DeclarationError(f"{at}: reads {read!r}, which is not {what} ({', '.join(sorted(known)) or 'none'})")
             if field.constexpr is not None and field.constexpr not in constexprs:
                 raise DeclarationError(f"{at}: constexpr={field.constexpr!r} is not a constexpr parameter of "
                                        f"{cls.kernel.__name__} ({', '.join(sorted(constexprs)) or 'none'})")

@@ -141,7 +141,8 @@ def check_message(path: Path, message: str) -> None:
         return
     problems = [line.removeprefix("  ") for line in lines[1:]] if rest == "invalid manifest" else [rest]
     assert problems, message
-    outcome(f"ManifestError: {re.sub(r'\[\d+\]', '[i]', problems[0].partition(': ')[0])}")
+    where = re.sub(r"\[\d+\]", "[i]", problems[0].partition(": ")[0])
+    outcome(f"ManifestError: {where}")
     document = parsed(path)
     for problem in problems:
         if re.fullmatch(r"\.\.\. and \d+ more", problem):
