@@ -14,6 +14,7 @@
 
 import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -45,14 +46,28 @@ def _runs_in_this_mode(item) -> bool:
     return gpu is None
 
 
-def pytest_collection_modifyitems(config, items):
+COMPILED_MODE_RUN = Path(__file__).with_name("test_compiled_mode.py")
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m deselected theirs
+def pytest_collection_modifyitems(session, config, items):
+    """Keep this mode's tests. In the default mode, the compiled tests of the files
+    collected run in a subprocess (``tests/test_compiled_mode.py``), whose test is added
+    when those files were named alone: a file run alone runs all of its CPU modes."""
     selected = [item for item in items if _runs_in_this_mode(item)]
     deselected = [item for item in items if item not in selected]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = selected
+    if MODE != "interpret":
+        return
+    compiled = list(dict.fromkeys(str(item.path) for item in deselected if item.get_closest_marker("compiled")))
+    config.stash[COMPILED_FILES] = compiled
+    if compiled and not any(item.path == COMPILED_MODE_RUN for item in items):
+        items.extend(pytest.Module.from_parent(session, path=COMPILED_MODE_RUN).collect())
 
 
+COMPILED_FILES = pytest.StashKey[list]()
 _compiled_mode_runs = []  # the module of tests/test_compiled_mode.py, once selected
 
 
@@ -62,8 +77,8 @@ def pytest_collection_finish(session):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     for item in session.items:
-        if item.path.name == "test_compiled_mode.py":
-            item.module.start()
+        if item.path == COMPILED_MODE_RUN:
+            item.module.start(session.config.stash.get(COMPILED_FILES, []), session.config.option.keyword)
             _compiled_mode_runs.append(item.module)
             return
 
