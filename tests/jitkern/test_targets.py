@@ -290,13 +290,13 @@ def test_pdl_keys_on_a_target_without_pdl_are_the_plain_variant_with_a_note(tmp_
 
 
 def _triton_elsewhere(folder: Path) -> Path:
-    """A copy of the installed ``triton`` package under ``folder``: its sources and device
-    libraries copied, its large binaries (libtriton, ptxas) linked."""
+    """A copy of the installed ``triton`` package under ``folder``: its sources, their
+    bytecode (valid there: the copies keep their times) and device libraries copied, its
+    large binaries (libtriton, ptxas) linked."""
     import triton
 
     source = Path(triton.__file__).parent
-    for root, directories, files in os.walk(source):
-        directories[:] = [d for d in directories if d != "__pycache__"]
+    for root, _directories, files in os.walk(source):
         here = folder / "triton" / Path(root).relative_to(source)
         here.mkdir(parents=True, exist_ok=True)
         for name in files:
