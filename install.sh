@@ -29,7 +29,9 @@ pip() { .venv/bin/python -m pip "$@"; }
 
 if ! .venv/bin/python -c 'import torch' 2>/dev/null; then
   echo "install.sh: installing ${TORCH_SPEC:-torch==2.13.0} (first run only)" >&2
-  pip install -q "${TORCH_SPEC:-torch==2.13.0}"
+  # --no-compile: byte-compiling all of torch takes half the install; the import below
+  # compiles the modules a process imports, once.
+  pip install -q --no-compile "${TORCH_SPEC:-torch==2.13.0}"
 fi
 # Triton decides cache keys: pin it to the GPU machines' version (see pyproject.toml).
 pip install -q --no-deps "triton==3.6.0" 2>&1 | grep -v "dependency resolver\|requires triton" || true
