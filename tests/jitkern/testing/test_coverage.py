@@ -14,7 +14,7 @@ from jitkern.testing import check_coverage
 
 pytestmark = pytest.mark.compiled
 
-MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").glob("*.json"))
+MANIFESTS = sorted((Path(__file__).resolve().parents[3] / "warmup_manifests").glob("*.json"))
 
 # Wider than the shipped manifests' layouts: what each public function accepts, within
 # jitkern's bound on binaries per key.

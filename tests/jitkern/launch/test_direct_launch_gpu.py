@@ -16,7 +16,7 @@ def test_the_direct_launch_writes_what_triton_s_launch_writes(monkeypatch):
     through Triton and then through the key's direct launch, each from that memory
     restored in place (same addresses, same strides); every tensor argument must end with
     the same bytes both times."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3]))
     from benchmarks import launch_samples
 
     launches, launch = [], TritonJitKernel.launch

@@ -14,7 +14,7 @@ import triton.language as tl
 from jitkern import LaunchSpec, TritonJitKernel, TritonWarmupTensor, kernel_launcher
 from jitkern.manifest import ManifestError, json_schema, load_manifest, manifest_keys
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "warmup_manifests" / "jitkern-example.json"
 
 

@@ -51,7 +51,7 @@ def launched(function, args, kwargs, launcher_calls) -> tuple:
 
 
 def test_every_shipped_public_call_repeats_the_launches_of_its_full_call(launcher_calls, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3]))
     from benchmarks import launch_samples
 
     for function, args, kwargs in launch_samples.public_calls("cpu"):

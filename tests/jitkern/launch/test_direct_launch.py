@@ -229,7 +229,7 @@ def test_every_shipped_kernel_takes_the_binary_the_normal_path_would(monkeypatch
 
     from jitkern.kernel import registry
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3]))
     from benchmarks import launch_samples
 
     for name in registry.kernel_names():
