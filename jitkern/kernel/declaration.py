@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor
-from jitkern.kernel.tuning import TuningSpace, Winners
+from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.plans import forget_plans
 from jitkern.layouts.kernel_layouts import DeclarationError
 from jitkern.layouts.specialisation import runtime_params
@@ -50,9 +50,12 @@ class Declaration:
         self.read = [name for name, field in self.reading.items() if field.kind in ("dtype", "value")]
         self.make = functools.lru_cache(maxsize=4096)(self._make)
         untuned = tuple(name for name in self.fields if name not in self.tuned)
-        self.winners = None if space is None else Winners(
-            self.name, space, untuned, self.tuned, self.selector_rows,
-            forget=lambda: (self.make.cache_clear(), getattr(cls.dispatch, "cache_clear", tuple)(), forget_plans()))
+        try:
+            self.winners = None if space is None else Winners(
+                self.name, getattr(cls, "name", self.name), space, untuned, self.tuned, self.selector_rows,
+                forget=lambda: (self.make.cache_clear(), getattr(cls.dispatch, "cache_clear", tuple)(), forget_plans()))
+        except TuningError as error:  # a candidate or default that cannot work, found where it is declared
+            raise DeclarationError(str(error)) from None
 
     def check(self, cls: type, writes_warmup_keys: bool) -> None:
         """Every name a field or tensor declares exists, every constant is the kernel's, and

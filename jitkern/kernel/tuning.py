@@ -83,27 +83,27 @@ class Winners:
     process took from a table. ``bucket_names``: the key's untuned fields, then the
     selectors; a bucket is the tuple of their values."""
 
-    def __init__(self, kernel: str, space: TuningSpace, untuned: tuple[str, ...], tuned: tuple[str, ...],
+    def __init__(self, owner: str, kernel: str, space: TuningSpace, untuned: tuple[str, ...], tuned: tuple[str, ...],
                  selector_rows: Callable[[Mapping[str, Any]], list[tuple]], forget: Callable[[], None]):
-        self.kernel, self.space, self.tuned_names = kernel, space, tuned
+        self.owner, self.kernel, self.space, self.tuned_names = owner, kernel, space, tuned  # class, registry name
         self.bucket_names = (*untuned, *space.by)
         self.untuned_names = untuned
         self.candidates = tuple(self._candidate(index, config) for index, config in enumerate(space.configs))
         if not self.candidates:
-            raise TuningError(f"{kernel}.tuning: no configs; a tuning space names its candidates")
+            raise TuningError(f"{owner}.tuning: no configs; a tuning space names its candidates")
         names = [config_name(config) for config in self.candidates]
         if len(set(names)) < len(names):
-            raise TuningError(f"{kernel}.tuning: configs {sorted({n for n in names if names.count(n) > 1})} "
+            raise TuningError(f"{owner}.tuning: configs {sorted({n for n in names if names.count(n) > 1})} "
                               "given twice")
         if isinstance(space.default, Mapping):
             self._known(self._candidate("default", space.default), "default")
         elif callable(space.default):
             unknown = set(inspect.signature(space.default).parameters) - set(self.bucket_names)
             if unknown:
-                raise TuningError(f"{kernel}.tuning: default reads {sorted(unknown)}, not bucket fields "
+                raise TuningError(f"{owner}.tuning: default reads {sorted(unknown)}, not bucket fields "
                                   f"({', '.join(self.bucket_names)})")
         elif space.default is not None:
-            raise TuningError(f"{kernel}.tuning: default={space.default!r}: expected a config or a function")
+            raise TuningError(f"{owner}.tuning: default={space.default!r}: expected a config or a function")
         self._selector_rows = selector_rows
         self._forget = forget
         self.rows: dict[tuple, dict[str, Any]] = {}
@@ -112,7 +112,7 @@ class Winners:
 
     def _candidate(self, where: Any, config: Any) -> dict[str, Any]:
         """``config`` with the tuned fields in key order; TuningError unless it gives exactly them."""
-        at = f"{self.kernel}.tuning: {'configs[' + str(where) + ']' if isinstance(where, int) else where}"
+        at = f"{self.owner}.tuning: {'configs[' + str(where) + ']' if isinstance(where, int) else where}"
         if not isinstance(config, Mapping):
             raise TuningError(f"{at} = {config!r}: expected a dict of tuned fields ({', '.join(self.tuned_names)})")
         missing, unknown = set(self.tuned_names) - set(config), set(config) - set(self.tuned_names)
@@ -124,7 +124,7 @@ class Winners:
 
     def _known(self, config: dict[str, Any], what: str) -> dict[str, Any]:
         if config not in self.candidates:
-            raise TuningError(f"{self.kernel}.tuning: {what} {config_name(config)} is not one of its configs, "
+            raise TuningError(f"{self.owner}.tuning: {what} {config_name(config)} is not one of its configs, "
                               "which are all warmup builds")
         return config
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from jitkern.build.check import checking_every_file
 from jitkern.cache.entries import MISSING
 from jitkern.cache.roots import read_roots
 from jitkern.cache.tables import TABLE_FILE, read_table, stored_tables, table_folder
@@ -105,8 +106,14 @@ def take_tables(deployment: Deployment, target: str, gpu: str) -> list[str]:
 
 def check_tables(deployment: Deployment, gpu: str | None) -> list[str]:
     """``tune --check``: one line per table of the deployment's tuned kernels that is
-    missing, unusable, stale, names configs warmup did not build or lacks buckets, for each
-    target, on ``gpu`` (None: every table found, each for the GPU it names). Loads nothing."""
+    missing, unusable (damaged, or not as the trusted lock or the cache's own lock lists
+    it), stale, names configs warmup did not build or lacks buckets, for each target, on
+    ``gpu`` (None: every table found, each for the GPU it names). Loads nothing."""
+    with checking_every_file():
+        return _check_tables(deployment, gpu)
+
+
+def _check_tables(deployment: Deployment, gpu: str | None) -> list[str]:
     lines = []
     for target in deployment.targets:
         for name, buckets in tuned_buckets(deployment).items():

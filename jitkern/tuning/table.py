@@ -172,7 +172,7 @@ def winners_of(table: Table, kernel: Any) -> tuple[dict[tuple, dict[str, Any]], 
                         f"{', '.join(names)} and tunes {', '.join(winners.tuned_names)})")
     if unbuilt:
         problems.append(f"names {len(unbuilt)} config(s) warmup did not build, not candidates of its space "
-                        f"(first: {config_name(unbuilt[0].config)})")
+                        f"(first: {config_name({name: unbuilt[0].config[name] for name in winners.tuned_names})})")
     return taken, problems
 
 

@@ -111,7 +111,7 @@ def import_vllm(path: str, deployment: Deployment, kernel_name: str, target: str
             rows.append(Row(values, sizes[nearest]))
     if not rows:
         raise TableError(f"{path}: no bucket of {kernel_name} in the manifests matches --where "
-                         f"{', '.join(f'{name}={value}' for name, value in where.items()) or '(none)'}")
+                         f"{','.join(f'{name}={value}' for name, value in where.items()) or '(none)'}")
     measured = f"imported from vLLM's {os.path.basename(path)}" + (f" (Triton {triton_version})" if triton_version
                                                                   else "")
     return table_of(kernel, target, gpu, rows, measured)
@@ -138,7 +138,7 @@ def export_vllm(table: Table, where: dict[str, Any]) -> bytes:
                              f"({', '.join(differ)})")
     if not configs:
         raise TableError(f"{table.name}: no row matches --where "
-                         f"{', '.join(f'{name}={value}' for name, value in where.items()) or '(none)'}")
+                         f"{','.join(f'{name}={value}' for name, value in where.items()) or '(none)'}")
     document: dict[str, Any] = {str(size): configs[size] for size in sorted(configs)}
     document["triton_version"] = table.triton
     return (json.dumps(document, indent=4) + "\n").encode()
