@@ -28,7 +28,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from jitkern.layouts.kernel_layouts import DeclarationError
+from jitkern.layouts.kernel_layouts import DeclarationError  # noqa: F401 - the author API raises it
 
 METADATA = "jitkern"  # the key in a dataclass field's metadata holding its declaration
 LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "enable_fp_fusion",

@@ -124,6 +124,8 @@ def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
         if spec.key != key:
             raise TuneError(f"{kernel.name}: its tuning inputs for [{key_name(key)}] launch [{key_name(spec.key)}]")
         try:
+            if not settings.interpreting():  # its binary from the cache, as load() takes it: compiling none
+                kernel.compile(kernel.layouts.binary_key(spec))
             medians.append(statistics.median(timer(lambda: kernel.launch(spec), key)))
         except CacheEntryUnusable as error:
             raise TuneError(f"{kernel.name}[{key_name(key)}]: {error.problem}; tuning compiles nothing: warm the "
