@@ -79,28 +79,35 @@ def read(kernel: Any, target: str, gpu: str) -> tuple[Table | None, str]:
         return None, str(error)
 
 
+def assess(kernel: Any, buckets: list[Bucket], target: str, gpu: str, serving: str | None) -> tuple[
+        Table | None, dict[tuple, dict[str, Any]], list[str]]:
+    """``kernel``'s table for ``target`` and ``gpu``, the rows of it a process on GPU ``serving``
+    takes (None: any, as the table names its GPU) and what is wrong with it, a line each: a
+    table missing, unusable or stale (then no row), rows left out, ``buckets`` it lacks."""
+    table, problem = read(kernel, target, gpu)
+    problem = problem or staleness(table, kernel, serving or table.gpu)
+    if problem:
+        return table, {}, [problem]
+    rows, problems = winners_of(table, kernel)
+    lacking = [bucket for bucket in buckets if bucket.values not in rows]
+    if lacking:
+        problems.append(f"lacks {len(lacking)} of {len(buckets)} buckets, which take their default config (first: "
+                        f"{kernel.winners.describe(lacking[0].values)})")
+    return table, rows, problems
+
+
 def take_tables(deployment: Deployment, target: str, gpu: str) -> list[str]:
     """Give each tuned kernel of the deployment the winners of its table for ``target`` on
-    ``gpu`` (``Winners.take``), and say in one line each what is wrong: a table missing,
-    unusable or stale (its kernel then launches every bucket with its default), rows left
-    out, buckets it lacks (they take the default)."""
+    ``gpu`` (``Winners.take``; a missing, unusable or stale table: none, every bucket takes
+    its default), and say what is wrong, one line each (``assess``)."""
     lines = []
     for name, buckets in tuned_buckets(deployment).items():
         kernel = registry.get_kernel(name)
-        where = f"{name} for {target} on {gpu}"
-        table, problem = read(kernel, target, gpu)
-        problem = problem or staleness(table, kernel, gpu)
-        if problem:
-            kernel.winners.take({}, "")
-            lines.append(f"{where}: {problem}; every bucket takes its default config")
-            continue
-        rows, problems = winners_of(table, kernel)
-        kernel.winners.take(rows, table.name)
-        lines += [f"{where}: {problem}" for problem in problems]
-        lacking = [bucket for bucket in buckets if bucket.values not in rows]
-        if lacking:
-            lines.append(f"{where}: the table lacks {len(lacking)} of {len(buckets)} buckets, which take their "
-                         f"default config (first: {kernel.winners.describe(lacking[0].values)})")
+        table, rows, problems = assess(kernel, buckets, target, gpu, gpu)
+        kernel.winners.take(rows, table.name if rows else "")
+        if problems and not rows:
+            problems[-1] += "; every bucket takes its default config"
+        lines += [f"{name} for {target} on {gpu}: {problem}" for problem in problems]
     return lines
 
 
@@ -109,32 +116,18 @@ def check_tables(deployment: Deployment, gpu: str | None) -> list[str]:
     missing, unusable (damaged, or not as the trusted lock or the cache's own lock lists
     it), stale, names configs warmup did not build or lacks buckets, for each target, on
     ``gpu`` (None: every table found, each for the GPU it names). Loads nothing."""
-    with checking_every_file():
-        return _check_tables(deployment, gpu)
-
-
-def _check_tables(deployment: Deployment, gpu: str | None) -> list[str]:
     lines = []
-    for target in deployment.targets:
-        for name, buckets in tuned_buckets(deployment).items():
-            kernel = registry.get_kernel(name)
-            gpus = [gpu] if gpu else [folder.rpartition("@")[2] for folder in stored_tables(name, target)]
-            if not gpus:
-                lines.append(f"{name} for {target}: no tuning table for any GPU")
-            for each in gpus:
-                table, problem = read(kernel, target, each)
-                if table is not None:  # a table found by its folder names its GPU in full
-                    problem = staleness(table, kernel, gpu or table.gpu)
-                where = f"{name} for {target} on {gpu or (table.gpu if table else each)}"
-                if problem:
-                    lines.append(f"{where}: {problem}")
-                    continue
-                rows, problems = winners_of(table, kernel)
-                lines += [f"{where}: {problem}" for problem in problems]
-                lacking = [bucket for bucket in buckets if bucket.values not in rows]
-                if lacking:
-                    lines.append(f"{where}: lacks {len(lacking)} of {len(buckets)} buckets (first: "
-                                 f"{kernel.winners.describe(lacking[0].values)})")
+    with checking_every_file():
+        for target in deployment.targets:
+            for name, buckets in tuned_buckets(deployment).items():
+                kernel = registry.get_kernel(name)
+                gpus = [gpu] if gpu else [folder.rpartition("@")[2] for folder in stored_tables(name, target)]
+                if not gpus:
+                    lines.append(f"{name} for {target}: no tuning table for any GPU")
+                for each in gpus:
+                    table, _rows, problems = assess(kernel, buckets, target, each, gpu)
+                    lines += [f"{name} for {target} on {gpu or (table.gpu if table else each)}: {problem}"
+                              for problem in problems]
     return lines
 
 

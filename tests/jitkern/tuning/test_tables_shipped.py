@@ -104,7 +104,7 @@ def warmed(tmp_path, triton_cache, fresh):
 
 def test_a_load_takes_the_winners_serves_them_with_no_compile_and_refuses_a_bucket_the_table_lacks(warmed, dry_run_gpu):
     store(double_table({1: CONFIGS[1], 1024: CONFIGS[1]}))
-    with pytest.warns(TuningTableWarning, match=r"test.tuned_double for cuda:90 on NVIDIA H200: the table lacks 1 of 3 "
+    with pytest.warns(TuningTableWarning, match=r"test.tuned_double for cuda:90 on NVIDIA H200: lacks 1 of 3 "
                                                 r"buckets, which take their default config \(first: dtype=float32,"
                                                 r"size=65536\)"):
         [loaded] = load([warmed])

@@ -82,8 +82,8 @@ def test_check_names_each_table_missing_stale_unbuilt_or_lacking_in_one_line(dep
     table = deepseek_table(deployment)
     store(table)
     assert check_tables(deployment, H200) == [
-        f"{WHERE}: lacks 20 of 40 buckets (first: dtype=bfloat16,n=14336,k=4096,top_k=2,mul_routed_weight=False,"
-        "experts=8,batch=1)"]
+        f"{WHERE}: lacks 20 of 40 buckets, which take their default config (first: dtype=bfloat16,n=14336,k=4096,"
+        "top_k=2,mul_routed_weight=False,experts=8,batch=1)"]
     unbuilt = Row(table.rows[0].bucket, {**table.rows[0].config, "block_size_m": 128})
     store(dataclasses.replace(table, rows=(unbuilt, *table.rows[1:])))
     assert check_tables(deployment, H200)[0] == (f"{WHERE}: names 1 config(s) warmup did not build, not candidates "
@@ -118,8 +118,8 @@ def test_a_load_takes_a_tables_winners_and_loads_winners_and_defaults_only(deplo
     assert len(defaults) == 2 * 2 * 3  # the three default tiles
     store(deepseek_table(deployment))
     assert take_tables(deployment, "cuda:90", H200) == [
-        f"{WHERE}: the table lacks 20 of 40 buckets, which take their default config (first: dtype=bfloat16,n=14336,"
-        "k=4096,top_k=2,mul_routed_weight=False,experts=8,batch=1)"]
+        f"{WHERE}: lacks 20 of 40 buckets, which take their default config (first: dtype=bfloat16,n=14336,k=4096,"
+        "top_k=2,mul_routed_weight=False,experts=8,batch=1)"]
     assert len(kernel.winners.rows) == 20
     tuned = kernel.dispatch(dtype="bfloat16", n=1408, k=2048, top_k=6, mul_routed_weight=False, experts=64, batch=8)
     assert (tuned.block_size_m, tuned.block_size_n, tuned.num_stages) == (16, 128, 3)  # vLLM's "8": not the default
@@ -142,7 +142,7 @@ def test_a_table_is_trusted_as_a_binary_is_its_lock_pinned(deployment, triton_ca
     name = f"{KERNEL}[tuning table NVIDIA_H200] for cuda:90"
     assert locked["keys"] == {name: [table_folder(KERNEL, "cuda:90", H200)]}
     with settings.scope(lock_digest=lock_digest):
-        assert take_tables(deployment, "cuda:90", H200)[0].startswith(f"{WHERE}: the table lacks 20 of 40")
+        assert take_tables(deployment, "cuda:90", H200)[0].startswith(f"{WHERE}: lacks 20 of 40")
         path = triton_cache / table_folder(KERNEL, "cuda:90", H200) / TABLE_FILE
         path.write_bytes(table.to_bytes().replace(b'"num_warps": 4', b'"num_warps": 8', 1))  # damaged or tampered
         with pytest.warns(RuntimeWarning, match=rf"refused {name.replace('[', '.').replace(']', '.')} from"):
