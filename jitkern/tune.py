@@ -94,6 +94,10 @@ def main(argv: list[str]) -> int:
         print("error: tune times candidates on this machine's GPU, and there is none here (--check, --import-vllm "
               "and --export-vllm need none)", file=sys.stderr)
         return 1
+    if args.target:
+        print("error: --target: tune times candidates for this GPU's own target; --target goes with --check, "
+              "--import-vllm and --export-vllm", file=sys.stderr)
+        return 2
     return _tune(deployment, CudaTimer(warmups=args.warmups, repeats=args.repeats, graph=not args.eager))
 
 

@@ -160,6 +160,8 @@ def _size(name: str) -> Config:
 DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
 MAX_TOKENS = Config("max_tokens", int, check=_max_tokens, expand=BATCHES.upto)  # every bucket up to it is tuned
 STAND_IN_TOKENS = 16  # any batch: the binary is the same for all
+TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(  # selected as in vLLM's files
+    experts=size_of("b", 0, warm=_size("experts")), batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)))
 
 
 class GroupedGemmKernel(TritonJitKernel):
@@ -167,9 +169,7 @@ class GroupedGemmKernel(TritonJitKernel):
     kernel = _grouped_gemm_kernel
     pinned_by_key = frozenset({"N", "K"})
     fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
-    tuning = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(  # selected as in vLLM's files
-        experts=size_of("b", 0, warm=_size("experts")),
-        batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)))
+    tuning = TUNING
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
