@@ -159,3 +159,27 @@ def test_tune_times_candidates_from_the_cache_and_compiles_none(warmed, dry_run_
     with pytest.raises(TuneError, match=r"test.tuned_double\[dtype=float32,block=64,num_warps=1\]: not in the cache; "
                                         r"tuning compiles nothing: warm the manifests for this target first"):
         tune(deployment, "cuda:90", H200, timer, device="cpu")
+
+
+def test_the_tune_command_imports_and_exports_vllms_configs_and_says_what_it_cannot_do(tmp_path):
+    cache, grouped = tmp_path / "cache", TESTS.parent / "warmup_manifests" / "grouped-gemm-h200.json"
+    example = TESTS.parent / "jitkern" / "examples" / "E=64,N=1408,device_name=NVIDIA_H200.json"
+    where = ["--where", "experts=64,n=1408,mul_routed_weight=false"]
+    imported = cli("tune", grouped, "--target", "cuda:90", "--import-vllm", example, *where, cache_dir=cache)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith("jitkern.example.grouped_gemm[tuning table NVIDIA_H200] for cuda:90: 10 buckets")
+    exported = cli("tune", grouped, "--target", "cuda:90", "--gpu", H200, "--export-vllm", tmp_path / "out.json",
+                   *where, cache_dir=cache)
+    assert exported.returncode == 0, exported.stderr
+    listed = {size: config for size, config in json.loads(example.read_text()).items() if size in json.loads(
+        (tmp_path / "out.json").read_text())}
+    assert listed == {size: config for size, config in json.loads((tmp_path / "out.json").read_text()).items()
+                      if size in listed}  # the batch sizes both list, with the same configs
+    mistakes = [(["--import-vllm", example, "--where", "n"], 2, "error: --where 'n': expected FIELD=VALUE\n"),
+                (["--import-vllm", example, "--kernel", "nope"], 2,
+                 "error: --kernel nope: not a tuned kernel of the manifests\n"),
+                (["--import-vllm", example, "--where", "n=1408"], 1, "error: "),
+                ([], 1, "error: tune times candidates on this machine's GPU, and there is none here")]
+    for arguments, status, said in mistakes:
+        run = cli("tune", grouped, "--target", "cuda:90", *arguments, cache_dir=cache)
+        assert run.returncode == status and run.stderr.startswith(said) and run.stderr.count("\n") == 1, run.stderr
