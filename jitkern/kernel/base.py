@@ -201,8 +201,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             adopt_autotuner(cls, adopted)
         _adopt_declaration(cls)
         if adopted is not None and adopted.heuristics:
-            check_heuristics(cls, adopted.heuristics, set(cls._declaration.constants_named() if cls._declaration
-                                                          else ()))
+            check_heuristics(cls, adopted.heuristics, cls._declaration.constants_named() if cls._declaration else set())
         if "kernel" in cls.__dict__ and settings.interpreting() and calls_dot(cls.kernel.fn):
             cls.launch = refusing_bf16_dots(cls.launch)
 
@@ -338,7 +337,7 @@ def _adopt_declaration(cls: type) -> None:
     takes_key = build is not None and list(inspect.signature(build).parameters)[1:2] == ["compile_key"]
     if takes_key and not declared:
         raise DeclarationError(f"{cls.__qualname__}.__call__ takes compile_key, but its CompileKey declares no "
-                               "field (dtype_of, size_of, argument, computed, derived, fixed)")
+                               "field (dtype_of, size_of, argument, computed, derived, fixed, tuned)")
     if not declared:
         return
     declaration = Declaration(cls, key_class, build or cls._build_launch_spec, getattr(cls, "tuning", None))
