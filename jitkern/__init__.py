@@ -14,7 +14,9 @@ from jitkern import memo as _memo
 from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
 from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
-from jitkern.kernel.declare import Config, DeclarationError, Tensor, argument, computed, derived, dtype_of, fixed, size_of
+from jitkern.kernel.declare import (Config, DeclarationError, Tensor, argument, computed, derived, dtype_of, fixed,
+                                    size_of, tuned)
+from jitkern.kernel.tuning import Buckets, TuningSpace
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.plans import public_call, torch_step
 from jitkern.launch.spec import LaunchSpec
@@ -34,6 +36,7 @@ _install_path_free_amd_key()
 
 __all__ = [
     "BinaryKey",
+    "Buckets",
     "Config",
     "DeclarationError",
     "Tensor",
@@ -49,6 +52,7 @@ __all__ = [
     "LayoutDomain",
     "TritonJitKernel",
     "TritonWarmupTensor",
+    "TuningSpace",
     "WarmupMismatch",
     "cdiv",
     "kernel_launcher",
@@ -59,4 +63,5 @@ __all__ = [
     "next_power_of_2",
     "public_call",
     "torch_step",
+    "tuned",
 ]

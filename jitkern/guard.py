@@ -6,7 +6,10 @@ hooks and, by mode: ``off`` ignores it, ``warn`` warns, ``error`` raises
 ``ServeTimeCompile`` before anything compiles, ``record`` appends the key to a JSON-lines
 file whose lines ``python -m jitkern.warmup merge-record`` adds to a manifest's ``keys``
 (``jitkern.manifest.record``), and publishes each compile to Redis when it is configured.
-Explicit warmups (``kernel.compile``, the CLI) are never flagged.
+Explicit warmups (``kernel.compile``, the CLI) are never flagged. A call of a tuned kernel
+whose bucket its tuning table lacks (``jitkern.kernel.tuning``) launches the declared
+default: warned once a bucket in warn and record modes, refused (``UntunedBucket``) in
+error mode; it never benchmarks.
 
 Set the mode in code (``jitkern.guard.set_mode("error")``) or with ``JITKERN_GUARD``;
 ``JITKERN_GUARD_RECORD`` names the record file.
@@ -22,6 +25,7 @@ from typing import Any
 
 from jitkern import hooks, settings
 from jitkern.cache.manager import publish_compiles
+from jitkern.kernel.tuning import watch_defaults
 from jitkern.launch.spec import active_launch
 from jitkern.layouts.binary_key import key_fields
 
@@ -31,6 +35,14 @@ class ServeTimeCompile(RuntimeError):
 
 
 class ServeTimeCompileWarning(RuntimeWarning):
+    pass
+
+
+class UntunedBucket(RuntimeError):
+    """In error mode: a call of a tuned kernel whose bucket no tuning table names a winner for."""
+
+
+class UntunedBucketWarning(RuntimeWarning):
     pass
 
 
@@ -46,6 +58,7 @@ def set_mode(mode: str, record_file: str | Path | None = None) -> None:
     _state["mode"] = mode
     _state["record_file"] = Path(record_file or settings.current().guard_record_file)
     publish_compiles(mode == "record")
+    watch_defaults(_on_default, on=mode != "off")
     if mode == "off":
         hooks.remove_watchers(on_cache_miss=_on_cache_miss)
     else:
@@ -91,6 +104,14 @@ def _on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:
     elif current == "record" and entry is not None:
         kernel, spec = active_launch.kernel, active_launch.spec
         _record(entry, kernel.layouts.seen(kernel.layouts.binary_key(spec), spec))
+
+
+def _on_default(*, kernel: str, bucket: str, config: str, source: str) -> None:
+    table = f"its table {source}" if source else "no tuning table loaded"
+    message = f"{kernel}: no tuned config for the bucket {bucket} ({table}): its default {config}"
+    if _state["mode"] == "error":
+        raise UntunedBucket(f"{message} is refused in error mode")
+    warnings.warn(f"{message} launches", UntunedBucketWarning, stacklevel=2)
 
 
 def _record(entry: dict[str, Any], seen: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@
     python -m jitkern.warmup schema
     python -m jitkern.warmup merge-record RECORD MANIFEST
     python -m jitkern.warmup pack MANIFEST... --target T [--cache-dir DIR] --out DIST
+    python -m jitkern.warmup tune MANIFEST... [--check | --import-vllm FILE | --export-vllm FILE] (``jitkern.tune``)
 
 With a GPU here and no ``--target`` it compiles for that GPU; with ``--target`` (a
 comma-separated list) for those targets, and with no GPU and no ``--target`` for each
@@ -68,6 +69,10 @@ examples:
         --cache-dir .triton-cache --out dist
   print the manifest JSON Schema:
     python -m jitkern.warmup schema
+  on the GPU, time each tuned kernel's candidates per bucket into tables shipped with the cache:
+    python -m jitkern.warmup tune warmup_manifests/grouped-gemm-h200.json --cache-dir .triton-cache
+  name each tuning table missing or stale (python -m jitkern.warmup tune --help: vLLM's files in and out):
+    python -m jitkern.warmup tune warmup_manifests/grouped-gemm-h200.json --cache-dir .triton-cache --check
 """
 
 
@@ -141,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         return _merge_record(argv[1:])
     if argv[:1] == ["pack"]:
         return _pack(argv[1:])
+    if argv[:1] == ["tune"]:
+        from jitkern.tune import main as tune  # its imports only when it runs
+
+        return tune(argv[1:])
     args = build_parser().parse_args(argv)
     if args.jobs < 1:
         print("error: --jobs must be at least 1", file=sys.stderr)

@@ -26,10 +26,11 @@ LAYERS = [
     ("jitkern.manifest",),
     ("jitkern.cache",),
     ("jitkern.build",),
+    ("jitkern.tuning",),
     ("jitkern.serve",),
     ("jitkern.guard",),
     ("jitkern.testing",),
-    ("jitkern.warmup",),
+    ("jitkern.warmup", "jitkern.tune"),  # the CLI, its tune command apart
     ("jitkern",),
     ("jitkern.examples",),  # written as a user writes a kernel: with jitkern's public API
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "warmup_manifests" / "jitkern-example.json"
-SUBCOMMANDS = ("schema", "merge-record", "pack")
+SUBCOMMANDS = ("schema", "merge-record", "pack", "tune")  # take no --jobs
 
 
 def warmup(*args, cache_dir, background=False, process=False, **popen):

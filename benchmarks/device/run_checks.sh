@@ -2,7 +2,7 @@
 # Every H200 check of a release, in one device call (device time is short), from the repo root:
 #
 #   bash benchmarks/device/run_checks.sh [steps...]
-#   steps: check tests launch start warps warmup step5 dsv4 store fused (default: all)
+#   steps: check tests launch start warps warmup step5 dsv4 store fused tuning (default: all)
 #
 # Expects two ignored folders carried beside the tree: .whl/ (pydantic, hypothesis and
 # their dependencies as cp312 wheels: the device image lacks them) and .cache-h200/ (the
@@ -14,7 +14,7 @@
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD" TRITON_CACHE_DIR="$PWD/.cache-h200"
-steps="${*:-check tests launch start warps warmup step5 dsv4 store fused}"
+steps="${*:-check tests launch start warps warmup step5 dsv4 store fused tuning}"
 summary=()
 step() {  # step NAME TIMEOUT COMMAND...
   local name=$1 limit=$2; shift 2
@@ -36,4 +36,5 @@ step step5 180 python3 benchmarks/bench_step5.py
 step dsv4 240 python3 benchmarks/bench_deepseek_v4.py
 step store 240 python3 benchmarks/device/sweep_store.py
 step fused 240 python3 benchmarks/device/sweep_decode_step.py
+step tuning 560 python3 benchmarks/bench_tuning.py --cache-dir "$TRITON_CACHE_DIR"
 printf '%s\n' "${summary[@]}"

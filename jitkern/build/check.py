@@ -18,6 +18,7 @@ from jitkern.cache.lock import LOCK_FILE, Lock, digest
 from jitkern.cache.manager import own_lock_shows_damage
 from jitkern.cache.remote import RedisStore
 from jitkern.cache.share import check_remote
+from jitkern.cache.tables import names_a_table
 from jitkern.kernel import registry
 from jitkern.manifest.deployment import Deployment
 
@@ -80,7 +81,8 @@ class NoLock(LookupError):
 def run_remote_check(deployment: Deployment, store: RedisStore) -> RemoteCheck:
     """Check that Redis holds every key whole and matching the lock: the one pinned by
     JITKERN_LOCK_DIGEST, else the cache directory's, else the one Redis names for the
-    deployment (which shows damage, not tampering). Raises ``NoLock``, and
+    deployment (which shows damage, not tampering); and the tuning tables that lock lists
+    for the deployment's kernels. Raises ``NoLock``, and
     ``RemoteUnavailable``, ``LockError`` or ``OSError`` (one line each)."""
     url = store.url
     pinned = settings.current().lock_digest
@@ -92,5 +94,8 @@ def run_remote_check(deployment: Deployment, store: RedisStore) -> RemoteCheck:
         source, data = f"{url} lock {wanted}", store.get_lock(wanted) if wanted else None
     if data is None or (pinned and digest(data) != pinned):
         raise NoLock(f"no lock {'with sha256 ' + pinned if pinned else 'for ' + deployment.name} in {local} or {url}")
-    names = [task.describe() for task in tasks_of(deployment)]
-    return RemoteCheck(len(names), check_remote(names, Lock.from_bytes(data, source), store), source, digest(data))
+    lock, tasks = Lock.from_bytes(data, source), tasks_of(deployment)
+    pairs = dict.fromkeys((task.kernel_name, task.target) for task in tasks)
+    names = [task.describe() for task in tasks] + [name for name in lock.keys for kernel, target in pairs
+                                                    if names_a_table(name, kernel, target)]  # its tuning tables
+    return RemoteCheck(len(names), check_remote(names, lock, store), source, digest(data))

@@ -21,6 +21,7 @@ from jitkern.cache.entries import MISSING, read_bytes
 from jitkern.cache.lock import Lock, digest
 from jitkern.cache.manager import lookup_entry, lookup_file
 from jitkern.cache.share import LockResult
+from jitkern.cache.tables import TABLE_FILE, stored_tables, table_name
 from jitkern.kernel import registry
 from jitkern.kernel.base import JitKernel
 from jitkern.launch import c_module
@@ -133,9 +134,9 @@ def _fresh_in_process_cache(kernel: JitKernel) -> Iterator[None]:
 def build_lock(tasks: list[Any], verified: bool = False) -> LockResult:
     """The lock of ``tasks`` (``CompileTask``) from the caches as they are now: of every
     file each key loads, whole and, when ``verified``, matching the trusted lock
-    (``entry_files``); the warmup locking its own cache checks them whole only."""
+    (``entry_files``); the warmup locking its own cache checks them whole only. The
+    tuning tables of their kernels and targets, for every GPU, are locked as entries too."""
     keys: dict[str, list[str]] = {}
-    entries: dict[str, dict[str, str]] = {}
     locked: dict[str, dict[str, str]] = {}
     unlocked = []
     for task in tasks:
@@ -145,7 +146,15 @@ def build_lock(tasks: list[Any], verified: bool = False) -> LockResult:
             unlocked.append(f"{task.describe()}: {error}")
             continue
         keys[task.describe()] = sorted(files)
-        for folder, paths in files.items():
-            entries[folder] = {name: digest(read_bytes(path)) for name, path in sorted(paths.items())}
-            locked[folder] = dict(sorted(paths.items()))
-    return LockResult(Lock(keys, dict(sorted(entries.items()))), unlocked, locked)
+        locked.update((folder, dict(sorted(paths.items()))) for folder, paths in files.items())
+    for kernel, target in dict.fromkeys((task.kernel_name, task.target) for task in tasks):
+        for folder in stored_tables(kernel, target):
+            path, problem = lookup_file(folder, TABLE_FILE, verified)
+            if path is None:
+                unlocked.append(f"{table_name(kernel, target, folder)}: {problem}")
+                continue
+            keys[table_name(kernel, target, folder)] = [folder]
+            locked[folder] = {TABLE_FILE: path}
+    entries = {folder: {name: digest(read_bytes(path)) for name, path in paths.items()}
+               for folder, paths in sorted(locked.items())}
+    return LockResult(Lock(keys, entries), unlocked, locked)

@@ -28,11 +28,9 @@ def compiler_identity(target: str) -> dict[str, Any]:
     """What decides whether this process finds a cache's binaries: Triton's build (its
     cache key hashes its own sources and libtriton), ptxas (NVIDIA), the device libraries
     and how their key is made (AMD), portable paths, the Python build, the target."""
-    from triton.runtime import cache as triton_cache
-
     identity: dict[str, Any] = {
         "triton": triton.__version__,
-        "triton_build": hashlib.sha256(triton_cache.triton_key().encode()).hexdigest()[:16],
+        "triton_build": triton_build(),
         "python": platform.python_version(),
         "target": target,
     }
@@ -48,6 +46,13 @@ def compiler_identity(target: str) -> dict[str, Any]:
     if settings.current().portable_paths:
         identity["portable_paths"] = True
     return identity
+
+
+def triton_build() -> str:
+    """Triton's build, as its cache keys hash it (``triton_key()``: its sources and libtriton), in 16 hex digits."""
+    from triton.runtime import cache as triton_cache
+
+    return hashlib.sha256(triton_cache.triton_key().encode()).hexdigest()[:16]
 
 
 def record_identity(cache_dir: str, identity: dict[str, str]) -> None:

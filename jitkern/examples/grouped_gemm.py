@@ -8,7 +8,7 @@ given), accumulated in float32, for activations ``a [M, K]`` and expert weights
   by ``BLOCK_N`` columns, all pairs of a tile routed to one expert;
 - the host-side sorting (``sort_by_expert``): torch work that groups the pairs by expert
   and pads each group to a multiple of ``BLOCK_M``, with no sync and no Python loop;
-- the kernel class (``GroupedGemmKernel``) and its tile table (``tile_for``);
+- the kernel class (``GroupedGemmKernel``) and its tuning space (tiles per batch bucket);
 - the public function ``grouped_gemm``, which validates and launches.
 
 The reference, written from the formula above, is ``jitkern.examples.reference``.
@@ -23,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import (Config, LaunchSpec, Tensor, TritonJitKernel, cdiv, computed, derived, dtype_of, kernel_launcher,
-                     launch_stride, public_call, size_of)
+from jitkern import (Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, cdiv, computed, dtype_of,
+                     kernel_launcher, launch_stride, public_call, size_of, tuned)
 from jitkern.kernel.validation import check_strides_below_i32, check_values_in, same_device
 
 @triton.jit(
@@ -74,37 +74,31 @@ def _grouped_gemm_kernel(
     tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=live[:, None] & col_ok[None, :])
 
 
-# --- tiles: chosen from the batch size alone --------------------------------------------
+# --- tiles: tuned per GPU, chosen per batch size ------------------------------------------
 
 
-@dataclass(frozen=True)
-class Tile:
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int
-    num_warps: int
-    num_stages: int
+BATCHES = Buckets((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))  # a batch of M tokens: the last <= M
+TILES = [dict(block_size_m=m, block_size_n=n, block_size_k=64, group_size_m=8, num_warps=warps, num_stages=stages)
+         for m in (16, 32, 64) for n, warps, stages in ((64, 4, 4), (128, 4, 3), (128, 8, 3))]  # the candidates
+LARGEST_BLOCK_M = max(tile["block_size_m"] for tile in TILES)
 
 
-# (first batch size, tile): a batch of M tokens takes the last row whose first size is <= M. A
-# small batch gives each expert few pairs: a small BLOCK_M wastes less on padding. An untuned
-# default for every GPU (M <= 16, <= 64, more); a later issue tunes it per GPU.
-TILES = (
-    (1, Tile(block_m=16, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
-    (17, Tile(block_m=32, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
-    (65, Tile(block_m=64, block_n=64, block_k=64, group_m=8, num_warps=4, num_stages=4)),
-)
+def default_tile(batch: int) -> dict[str, int]:
+    """A batch bucket's tile where no table names one: a small batch gives each expert few
+    pairs, and a small BLOCK_M wastes less on padding (16 rows below 32 tokens, 32 below 64)."""
+    return TILES[0 if batch < 32 else 3 if batch < 64 else 6]
 
 
-def tile_first(tokens: int) -> int:
-    """The first batch size of the tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
-    return [first for first, _ in TILES if first <= max(tokens, 1)][-1]
-
-
-def tile_for(tokens: int) -> Tile:
-    """The tile of a batch of ``tokens`` tokens (``TILES``; no tokens: the first)."""
-    return dict(TILES)[tile_first(tokens)]
+def tuning_inputs(key: Any, device: Any, *, experts: int, batch: int) -> dict[str, Any]:
+    """What ``tune`` times a candidate ``key`` on: ``batch`` tokens routed at random to
+    ``experts`` experts, sorted for the key's BLOCK_M."""
+    dtype = getattr(torch, key.dtype)
+    ids = torch.rand(batch, experts, device=device).argsort(dim=1)[:, : key.top_k]
+    return dict(a=torch.randn(batch, key.k, dtype=dtype, device=device),
+                b=(torch.randn(experts, key.n, key.k, device=device) * key.k**-0.5).to(dtype),
+                out=torch.empty(batch, key.top_k, key.n, dtype=dtype, device=device),
+                topk_weights=torch.rand(batch, key.top_k, device=device) if key.mul_routed_weight else None,
+                **sort_by_expert(ids, experts, key.block_size_m)._asdict())
 
 
 # --- the host-side sorting ---------------------------------------------------------------
@@ -159,19 +153,15 @@ def _max_tokens(value: int) -> str | None:
     return None if value >= 1 else "must be positive"
 
 
-DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
-MAX_TOKENS = Config("max_tokens", int, check=_max_tokens,  # every batch size up to it: each tile's first stands in
-                    expand=lambda most: [first for first, _ in TILES if first <= most])
-
-
 def _size(name: str) -> Config:
     return Config(name, int, check=lambda value: None if 1 <= value < 2**31 else "must be in [1, 2**31)")
 
 
-def _tile(field: str, constant: str) -> Any:
-    """A field of the key's tile (``TILES``), the constant it is."""
-    return derived(lambda batch: getattr(tile_for(batch), field), constexpr=constant if constant.isupper() else None,
-                   option=None if constant.isupper() else constant)
+DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
+MAX_TOKENS = Config("max_tokens", int, check=_max_tokens, expand=BATCHES.upto)  # every bucket up to it is tuned
+STAND_IN_TOKENS = 16  # any batch: the binary is the same for all
+TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(  # selected as in vLLM's files
+    experts=size_of("b", 0, warm=_size("experts")), batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)))
 
 
 class GroupedGemmKernel(TritonJitKernel):
@@ -179,6 +169,7 @@ class GroupedGemmKernel(TritonJitKernel):
     kernel = _grouped_gemm_kernel
     pinned_by_key = frozenset({"N", "K"})
     fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
+    tuning = TUNING
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -188,28 +179,27 @@ class GroupedGemmKernel(TritonJitKernel):
         top_k: int = size_of("out", 1, constexpr="TOP_K", warm=_size("top_k"))
         mul_routed_weight: bool = computed(lambda topk_weights: topk_weights is not None,
                                            constexpr="MUL_ROUTED_WEIGHT", warm=[False, True])
-        batch: int = computed(lambda a: tile_first(a.shape[0]), warm=MAX_TOKENS)  # the first batch of a's tile
-        block_m: int = _tile("block_m", "BLOCK_M")
-        block_n: int = _tile("block_n", "BLOCK_N")
-        block_k: int = _tile("block_k", "BLOCK_K")
-        group_m: int = _tile("group_m", "GROUP_M")
-        num_warps: int = _tile("num_warps", "num_warps")
-        num_stages: int = _tile("num_stages", "num_stages")
+        block_size_m: int = tuned(constexpr="BLOCK_M")
+        block_size_n: int = tuned(constexpr="BLOCK_N")
+        block_size_k: int = tuned(constexpr="BLOCK_K")
+        group_size_m: int = tuned(constexpr="GROUP_M")
+        num_warps: int = tuned(option="num_warps")
+        num_stages: int = tuned(option="num_stages")
 
     stand_ins = dict(
-        a=Tensor(("batch", "k")), b=Tensor(("top_k", "n", "k"), "dtype", varying=()),  # top_k experts: any E will do
-        out=Tensor(("batch", "top_k", "n"), "dtype"),
+        a=Tensor((STAND_IN_TOKENS, "k")), b=Tensor(("top_k", "n", "k"), "dtype", varying=()),  # top_k experts: any E
+        out=Tensor((STAND_IN_TOKENS, "top_k", "n"), "dtype"),
         sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
-        block_experts=Tensor((lambda key: _capacity(key) // key.block_m,), torch.int32),
+        block_experts=Tensor((lambda key: _capacity(key) // key.block_size_m,), torch.int32),
         num_used=Tensor((1,), torch.int32, varying=()),
-        topk_weights=lambda key: Tensor(("batch", "top_k"), torch.float32) if key.mul_routed_weight else None)
+        topk_weights=lambda key: Tensor((STAND_IN_TOKENS, "top_k"), torch.float32) if key.mul_routed_weight else None)
 
     @kernel_launcher
     def __call__(self, compile_key, a, b, out, sorted_ids, block_experts, num_used, topk_weights) -> LaunchSpec:
         """One program per (block of sorted ids, column tile). No checks: runs on stand-ins too."""
         (tokens, k), n = a.shape, out.shape[2]
         return LaunchSpec(
-            grid=(block_experts.shape[0] * cdiv(n, compile_key.block_n),),
+            grid=(block_experts.shape[0] * cdiv(n, compile_key.block_size_n),),
             kwargs=dict(A=a, B=b, C=out, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
                         NumUsed=num_used, N=n, K=k, num_pairs=tokens * out.shape[1], a_row_stride=launch_stride(a, 0),
                         b_expert_stride=launch_stride(b, 0), b_row_stride=launch_stride(b, 1)),
@@ -217,7 +207,7 @@ class GroupedGemmKernel(TritonJitKernel):
 
 
 def _capacity(key: Any) -> int:
-    return padded_capacity(key.batch * key.top_k, key.top_k, key.block_m)
+    return padded_capacity(STAND_IN_TOKENS * key.top_k, key.top_k, key.block_size_m)
 
 
 # --- the public function -----------------------------------------------------------------
@@ -242,8 +232,10 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     tokens, top_k, n = a.shape[0], topk_ids.shape[1], b.shape[1]
     c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
     if tokens:
-        blocks = sort_by_expert(topk_ids, b.shape[0], tile_for(tokens).block_m)
-        GroupedGemmKernel()(a, b, c, *blocks, topk_weights)
+        kernel = GroupedGemmKernel()
+        key = kernel.dispatch(dtype=a.dtype, n=n, k=a.shape[1], top_k=top_k, mul_routed_weight=topk_weights is not None,
+                              experts=b.shape[0], batch=BATCHES.of(tokens))  # the tile its launch takes
+        kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], key.block_size_m), topk_weights)
     return c
 
 
@@ -270,7 +262,7 @@ def _check(a, b, topk_ids, topk_weights, out) -> None:
         if tensor.stride(-1) != 1 and k > 1:
             raise ValueError(f"{name}: K must be dense (stride 1), got strides {tuple(tensor.stride())}")
         check_strides_below_i32(name, tensor)
-    if padded_capacity(tokens * top_k, experts, tile_for(tokens).block_m) >= 2**31:
+    if padded_capacity(tokens * top_k, experts, LARGEST_BLOCK_M) >= 2**31:
         raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
     given = {name: t for name, t in (("topk_weights", topk_weights), ("out", out)) if t is not None}
     if same_device(a=a, b=b, topk_ids=topk_ids, **given).type == "cpu":

@@ -1,6 +1,10 @@
 """The author API: what a kernel declares, and the helpers its launcher uses.
 
 - ``base``: ``JitKernel``, ``TritonJitKernel`` and ``kernel_launcher``, the kernel contract.
+- ``declare``: a key declared once (``dtype_of``, ``size_of``, ..., ``tuned``, ``Config``,
+  ``Tensor``); ``declaration``: what jitkern makes of it.
+- ``tuning``: a kernel's tuning space and the winners a process took from a table.
+- ``adopt``: kernels written with ``triton.autotune`` or ``triton.heuristics``, taken in.
 - ``registry``: kernel classes by their stable names.
 - ``keys``: enumerating compile keys from a deployment's config.
 - ``grid``: host arithmetic for launchers (``cdiv``).

@@ -23,9 +23,12 @@ from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
 
 from jitkern import settings, targets
 from jitkern.kernel import registry
-from jitkern.kernel.declare import METADATA, Declaration, DeclarationError
+from jitkern.kernel.adopt import Adopted, adopt, adopt_autotuner, check_heuristics, heuristic_constants
+from jitkern.kernel.declaration import Declaration
+from jitkern.kernel.declare import METADATA, DeclarationError
 from jitkern.kernel.interpreter import calls_dot, refusing_bf16_dots
 from jitkern.kernel.settle import settle_cache_key
+from jitkern.kernel.tuning import TuningSpace, Winners
 from jitkern.launch.binaries import BinaryTable
 from jitkern.launch.plans import recording
 from jitkern.launch.spec import LaunchSpec, active_launch
@@ -57,15 +60,17 @@ class JitKernel(Generic[CompileKeyT]):
     """What jitkern derives of the kernel's layouts: one binary per key here, every layout
     of its launches for a Triton kernel (``KernelLayouts``)."""
     _instance: ClassVar["JitKernel | None"] = None
+    _adopted: ClassVar[Adopted | None] = None  # what its kernel's triton.autotune and triton.heuristics said
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._instance = None
         if "dispatch" in cls.__dict__:
             cls.dispatch = _memoised(cls.__dict__["dispatch"])
-        if "kernel" in cls.__dict__:
-            _check_jit_function(cls)
-            settle_cache_key(cls.__dict__["kernel"])
+        if "kernel" in cls.__dict__:  # a @triton.jit function, or one in Triton's wrappers (jitkern.kernel.adopt)
+            cls._adopted = adopt(cls.__qualname__, cls.__dict__["kernel"])
+            cls.kernel = cls._adopted.function
+            settle_cache_key(cls.kernel)
         if hasattr(cls.__dict__.get("__call__"), "launch_spec"):  # kept apart: profilers may wrap __call__
             cls._build_launch_spec = cls.__dict__["__call__"].launch_spec
         cls._declare()
@@ -120,6 +125,7 @@ def _memoised(dispatch: Callable[..., Any]) -> Callable[..., Any]:
     def memoised_dispatch(self, *args: Any, **values: Any) -> Any:
         return cached(self, *args, **values)
 
+    memoised_dispatch.cache_clear = cached.cache_clear  # a tuning table taken: keys picked before are dropped
     return memoised_dispatch
 
 
@@ -172,6 +178,9 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     check_config: ClassVar[Callable[..., None] | None] = None
     """A check of a deployment's whole config (``Config`` values that must agree), run by the
     declared ``get_warmup_keys`` before it enumerates; it raises ``ValueError`` naming the field."""
+    tuning: ClassVar[TuningSpace | None] = None
+    """The candidate configs of the key's ``tuned()`` fields, what selects among them and the
+    default (``jitkern.kernel.tuning``); a ``triton.autotune``'s configs when ``kernel`` has one."""
     stand_ins: ClassVar[dict[str, Any]] = {}
     """The usual stand-in of ``__call__``'s arguments the key does not give: a ``Tensor`` per
     tensor, a value per plain argument; ``warmup_inputs`` is made of them."""
@@ -179,6 +188,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     """The binaries this process holds for the kernel, and its launch path."""
     _declaration: ClassVar[Declaration | None] = None
     _author_launcher: ClassVar[Callable[..., LaunchSpec] | None] = None  # the __call__ a declared key is read around
+    _reads: ClassVar[Callable[..., tuple]]  # the values a declared key reads from a call
 
     @classmethod
     def _declare(cls) -> None:
@@ -186,7 +196,12 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             return  # this base class itself
         for attribute in ("pinned_by_key", "aligned_tensors", "fixed_strides"):
             setattr(cls, attribute, _names(cls, attribute))
+        adopted = cls.__dict__.get("_adopted")
+        if adopted is not None and adopted.configs:
+            adopt_autotuner(cls, adopted)
         _adopt_declaration(cls)
+        if adopted is not None and adopted.heuristics:
+            check_heuristics(cls, adopted.heuristics, cls._declaration.constants_named() if cls._declaration else set())
         if "kernel" in cls.__dict__ and settings.interpreting() and calls_dot(cls.kernel.fn):
             cls.launch = refusing_bf16_dots(cls.launch)
 
@@ -203,7 +218,14 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         They come from the key alone, so that a key names one binary whatever the call:
         a direct launch passes the key's constants as they are and checks none of them.
         """
-        return self._declaration.constants(key) if self._declaration else {}
+        constants = self._declaration.constants(key) if self._declaration else {}
+        heuristics = self._adopted.heuristics if self._adopted else ()
+        return heuristic_constants(self, heuristics, key, constants) if heuristics else constants
+
+    @property
+    def winners(self) -> Winners | None:
+        """A tuned kernel's space and the winners this process took from a table (else None)."""
+        return self._declaration.winners if self._declaration else None
 
     def warmup_inputs(self, key: CompileKeyT) -> dict[str, Any]:
         """Keyword arguments for ``__call__`` that launch with ``key``: any valid launch.
@@ -220,6 +242,20 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec ``__call__`` would launch for these inputs, without launching."""
         return type(self)._build_launch_spec(self, *args, **inputs)
+
+    def spec_for(self, key: CompileKeyT, /, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
+        """The spec these inputs launch with ``key``'s tuned fields (a candidate, which no table
+        need pick: stand-ins at warmup, a candidate timed by ``jitkern.tuning``), their key
+        otherwise as ``launch_spec`` reads it. An untuned kernel's is ``launch_spec``'s. Runs
+        no dispatch, so no table's winner nor default is picked."""
+        declaration = self._declaration
+        if declaration is None or declaration.winners is None:
+            return self.launch_spec(*args, **inputs)
+        read = dict(zip(declaration.read, type(self)._reads(self, *args, **inputs)))
+        chosen = declaration.key_of({**read, **{name: getattr(key, name) for name in declaration.tuned}})
+        spec = type(self)._author_launcher(self, chosen, *args, **inputs)
+        spec.key = chosen
+        return spec
 
     def launch(self, spec: LaunchSpec[CompileKeyT]) -> Callable[[dict, tuple], bool] | None:
         """Launch ``spec``: directly through a binary held when one fits (returning the
@@ -301,11 +337,14 @@ def _adopt_declaration(cls: type) -> None:
     takes_key = build is not None and list(inspect.signature(build).parameters)[1:2] == ["compile_key"]
     if takes_key and not declared:
         raise DeclarationError(f"{cls.__qualname__}.__call__ takes compile_key, but its CompileKey declares no "
-                               "field (dtype_of, size_of, argument, computed, derived, fixed)")
+                               "field (dtype_of, size_of, argument, computed, derived, fixed, tuned)")
     if not declared:
         return
-    declaration = Declaration(cls, key_class, build or cls._build_launch_spec)
+    declaration = Declaration(cls, key_class, build or cls._build_launch_spec, getattr(cls, "tuning", None))
     declaration.check(cls, writes_warmup_keys=cls.get_warmup_keys is not JitKernel.get_warmup_keys)
+    if declaration.winners is not None and (not takes_key or writes_dispatch):
+        raise DeclarationError(f"{cls.__qualname__}: a tuned kernel's __call__ takes compile_key and it writes no "
+                               "dispatch: the key's tuned fields are its bucket's winner")
     cls._declaration = declaration
     if "dispatch" not in cls.__dict__:
         cls.dispatch = _memoised(lambda self, **fields: declaration.key_of(fields))
@@ -315,10 +354,10 @@ def _adopt_declaration(cls: type) -> None:
         source, namespace = declaration.launcher_source(writes_dispatch)
         namespace.update(MAKE=declaration.make, BUILD=build, RECORDING=recording)
         exec(compile(source, f"<launcher of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own source
-        for name in ("__call__", "launch_spec"):
+        for name in ("__call__", "launch_spec", "reads"):
             functools.update_wrapper(namespace[name], build)
         cls.__call__ = namespace["__call__"]
-        cls._build_launch_spec = namespace["launch_spec"]
+        cls._build_launch_spec, cls._reads = namespace["launch_spec"], namespace["reads"]
         cls._author_launcher = build
 
 
@@ -346,23 +385,3 @@ def _names(cls: type, attribute: str) -> frozenset[str]:
             if dim and (attribute != "fixed_strides" or not dim.isdigit()):
                 raise DeclarationError(f"{at}: {name!r}: only fixed_strides names a dimension, as TENSOR.DIM")
     return names
-
-
-def _check_jit_function(cls: type) -> None:
-    """``kernel`` is a ``@triton.jit`` function itself. Wrapped in ``@triton.heuristics`` or
-    ``@triton.autotune``, it would choose constexprs per launch, which jitkern takes from
-    ``constants(key)`` (so a key names one binary); refused here in one line, not with an
-    AttributeError from deep inside the first compile or launch."""
-    from triton.runtime.jit import JITFunction
-
-    kernel = cls.__dict__["kernel"]
-    if isinstance(kernel, JITFunction):
-        return
-    if settings.interpreting():  # imported only then: 10 ms of a serving process's start otherwise
-        from triton.runtime.interpreter import InterpretedFunction
-
-        if isinstance(kernel, InterpretedFunction):
-            return
-    raise TypeError(f"{cls.__qualname__}.kernel must be a @triton.jit function, got {type(kernel).__name__}; "
-                    "choose constexprs and launch options in constants(key), not with triton.heuristics or "
-                    "triton.autotune")

@@ -56,7 +56,7 @@ class KernelLayouts:
         found = self._stand_ins.get(memo)
         if found is None:
             kernel = self.kernel
-            spec = kernel.launch_spec(**name_stand_ins(kernel.warmup_inputs(key)))
+            spec = kernel.spec_for(key, **name_stand_ins(kernel.warmup_inputs(key)))
             if spec.key != key:
                 raise WarmupMismatch(f"{kernel.name}: warmup_inputs({key_name(key)}) dispatches to "
                                      f"{key_name(spec.key)}")

@@ -6,6 +6,6 @@
 - ``rehearsal``: each kernel's launch rehearsed, so the first request runs warm code.
 """
 
-from jitkern.serve.load import LoadedKernel, MissingBinary, NoGPU, load, start_process
+from jitkern.serve.load import LoadedKernel, MissingBinary, NoGPU, TuningTableWarning, load, start_process
 
-__all__ = ["LoadedKernel", "MissingBinary", "NoGPU", "load", "start_process"]
+__all__ = ["LoadedKernel", "MissingBinary", "NoGPU", "TuningTableWarning", "load", "start_process"]

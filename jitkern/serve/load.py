@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -23,7 +24,7 @@ from jitkern.kernel import registry
 from jitkern.layouts.binary_key import BinaryKey, key_name
 from jitkern.serve import memo
 from jitkern.serve.rehearsal import rehearse
-from jitkern.targets import local_target, parse_target, target_name
+from jitkern.targets import gpu_name, local_target, parse_target, target_name
 
 
 @dataclass(frozen=True)
@@ -92,15 +93,22 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
     if remembered is not None:
         for name in remembered:
             registry.get_kernel(name).binaries.prepare()
+        _warn_tuning(recorded["tuning_lines"])
         return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
     deployment, _note = resolve(manifest_paths, target=None)
+    from jitkern.tuning import serving_entries, table_files, take_tables  # pydantic's too
+
     domains: dict[Any, list[Any]] = {}  # so the guard names a launch outside them
     for loaded_manifest in deployment.manifests:
         for entry in loaded_manifest.entries:
             domains.setdefault(entry.kernel, []).append(entry.domain)
     for kernel, declared in domains.items():
         kernel.layouts.declare(declared)
-    here, entries = next(iter(deployment.by_target.items()))  # this GPU's target (with none: the manifests' first)
+    here = deployment.targets[0]  # this GPU's target (with none: the manifests' first)
+    gpu = gpu_name() or "an unnamed GPU"
+    tuning_lines = take_tables(deployment, here, gpu)  # each tuned kernel's winners, from its table for this GPU
+    _warn_tuning(tuning_lines)
+    entries = serving_entries(deployment, here)  # of a tuned kernel's candidates, the winners and defaults only
     fresh: list[str] = []
 
     def on_compile(*, src, cache_hit: bool, **_: Any) -> None:
@@ -138,8 +146,18 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
             f"{len(unusable)} of {len(entries)} keys are not usable in the cache {cache_directory()} for {here} "
             f"(run python -m jitkern.warmup on the manifests{hint}):\n  " + "\n  ".join(unusable)))
     if fingerprint:
-        memo.write_memo(fingerprint, deployment.modules, {name: registry.get_kernel(name) for name in loaded}, binaries)
+        memo.write_memo(fingerprint, deployment.modules, {name: registry.get_kernel(name) for name in loaded}, binaries,
+                        table_files(deployment, here, gpu), tuning_lines)
     return list(loaded.values())
+
+
+class TuningTableWarning(RuntimeWarning):
+    """A tuned kernel's table is missing, stale or partial: the buckets it lacks take their defaults."""
+
+
+def _warn_tuning(lines: list[str]) -> None:
+    for line in lines:
+        warnings.warn(f"jitkern: {line}", TuningTableWarning, stacklevel=4)
 
 
 _process_started: list[float] = []

@@ -61,9 +61,10 @@ from jitkern.layouts.binary_key import BinaryKey
 from jitkern.layouts.domains import LayoutDomain
 from jitkern.layouts.values import ValueDomain
 from jitkern.memo import file_stats, triton_root
+from jitkern.targets import gpu_name
 from jitkern.serve.compiled import compiled_kernel, sharing_identical_work
 
-FORMAT = 4
+FORMAT = 5
 MEMO_FOLDER = "loads"
 MAX_MEMOS = 32  # deployments remembered per machine; the oldest memo is dropped
 
@@ -93,7 +94,7 @@ def deployment_fingerprint(manifest_paths: list[str]) -> str | None:
         "manifests": [[os.path.abspath(path), _file_digest(path)] for path in manifest_paths],
         "triton": triton_key(),
         "target": [target.backend, target.arch, target.warp_size, type(driver.active).__qualname__,
-                   torch.cuda.device_count() if torch.cuda.is_available() else 0],
+                   torch.cuda.device_count() if torch.cuda.is_available() else 0, gpu_name()],  # tables are per GPU
         "triton_settings": sorted(get_cache_invalidating_env_vars().items()),
         "triton_environment": sorted((name, value) for name, value in os.environ.items() if name.startswith("TRITON_")),
         "tools": file_stats(sorted(_bundled_tools(triton_root()))),
@@ -156,18 +157,20 @@ def read_memo(fingerprint: str) -> dict | None:
         return None
     if not isinstance(memo, dict) or memo.get("format") != FORMAT:
         return None
-    if file_stats([entry[0] for entry in memo["code"]]) != memo["code"]:
+    if any(file_stats([entry[0] for entry in memo[files]]) != memo[files] for files in ("code", "tables")):
         return None
     return memo
 
 
 def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
-               loaded: list[tuple[str, BinaryKey, Any]]) -> bool:
+               loaded: list[tuple[str, BinaryKey, Any]], tables: list[str] = (), tuning_lines: list[str] = ()) -> bool:
     """Record what ``load()`` took: the kernels' ``modules``, each binary (kernel name,
-    binary key, Triton's binary) with its direct launch's recipe and code, and each key's
-    layout picker. Whether it did: nothing is written when a value cannot be (a binary
-    without a direct launch, a key field of a class ``marshal`` does not keep). Written
-    atomically, readable by this user only."""
+    binary key, Triton's binary) with its direct launch's recipe and code, each key's
+    layout picker, and each tuned kernel's winners, with the stats of the table files that
+    gave them (``tables``, there or not: a table written since sends a load down the full
+    path) and what ``load()`` said of them. Whether it did: nothing is written when a
+    value cannot be (a binary without a direct launch, a key field of a class ``marshal``
+    does not keep). Written atomically, readable by this user only."""
     try:
         binaries = [_binary_record(name, binary_key, binary, kernels[name]) for name, binary_key, binary in loaded]
         pickers = [(name, _encode_key(key), recipe, layouts)
@@ -179,7 +182,10 @@ def write_memo(fingerprint: str, modules: list[str], kernels: dict[str, Any],
         memo = {"format": FORMAT, "code": file_stats(code_files(list(kernels.values()))), "modules": list(modules),
                 "triton_keys": {name: kernel.kernel.cache_key for name, kernel in kernels.items()},
                 "binaries": binaries, "pickers": pickers, "compiled": known_code(list(sources)),
-                "declared": {name: _encode_declared(kernel) for name, kernel in kernels.items()}}
+                "declared": {name: _encode_declared(kernel) for name, kernel in kernels.items()},
+                "tables": file_stats(list(tables)), "tuning_lines": list(tuning_lines),
+                "winners": {name: (list(kernel.winners.rows.items()), kernel.winners.source)
+                            for name, kernel in kernels.items() if getattr(kernel, "winners", None) is not None}}
         data = marshal.dumps(memo)
     except (NotRemembered, ValueError):
         return False
@@ -291,6 +297,8 @@ def load_remembered(memo: dict) -> dict[str, tuple[int, float]] | None:
     if any(registry.get_kernel(name).kernel.cache_key != key for name, key in memo["triton_keys"].items()):
         return None  # a global constexpr of another value (read from the environment, say): other binaries
     kernels = {name: registry.get_kernel(name) for name in dict.fromkeys(record["kernel"] for record in memo["binaries"])}
+    for name, (rows, source) in memo["winners"].items():  # before any key is dispatched
+        kernels[name].winners.take(dict(rows), source)
     constants_now: dict[tuple, tuple] = {}  # (kernel, encoded key) -> the key, its constants now
     found = []  # (record, its compile key, the entry's files, whether they are those recorded)
     for record in memo["binaries"]:

@@ -45,7 +45,7 @@ def rehearse(kernel: Any) -> bool:
     for key in kernel.binaries.directly_launched_keys() if hasattr(kernel, "binaries") else ():
         try:  # a rehearsal only saves time: whatever goes wrong in it must not stop load()
             inputs = real_inputs(kernel.warmup_inputs(key), device)
-            spec = kernel.launch_spec(**inputs) if inputs is not None else None
+            spec = kernel.spec_for(key, **inputs) if inputs is not None else None
             if spec is None or spec.key != key:
                 continue
             input_signature(tuple(inputs.values()))  # what a public call's plan reads

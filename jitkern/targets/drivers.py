@@ -73,6 +73,20 @@ def local_target() -> GPUTarget | None:
 
 
 
+def gpu_name() -> str | None:
+    """This machine's GPU model as its driver names it (``NVIDIA H200``; a dry run's, named
+    by ``jitkern.testing.dry_run_gpu``), or None when there is none: tuning tables are per GPU."""
+    try:
+        named = getattr(driver.active, "gpu_name", None)
+    except Exception:  # no GPU driver
+        return None
+    if named:
+        return named
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 def compiling_only() -> bool:
     """Whether Triton's active driver is a compile-only one (a warmup for a named target)."""
     return type(driver.active) is CompileOnlyDriver

@@ -37,12 +37,15 @@ class DryRunDriver(CompileOnlyDriver):
 
 
 @contextlib.contextmanager
-def dry_run_gpu(target: str = "cuda:90") -> Iterator[None]:
-    """Within the block Triton compiles for ``target`` and launches nothing."""
+def dry_run_gpu(target: str = "cuda:90", gpu: str = "NVIDIA H200") -> Iterator[None]:
+    """Within the block Triton compiles for ``target`` and launches nothing, on a GPU named
+    ``gpu`` (``jitkern.targets.gpu_name``: the tuning tables a load takes)."""
     from triton.runtime import driver
 
     previous = driver._active
-    driver.set_active(DryRunDriver(parse_target(target)))
+    dry_run = DryRunDriver(parse_target(target))
+    dry_run.gpu_name = gpu
+    driver.set_active(dry_run)
     try:
         yield
     finally:

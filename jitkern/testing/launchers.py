@@ -52,14 +52,14 @@ def check_launcher(kernel: Any, keys: list[Any] | None = None, **config: Any) ->
         inputs = real_inputs(kernel.warmup_inputs(key), torch.device("cpu"))
         if inputs is None:
             continue  # stand-ins too large to allocate: nothing to run them on
-        broken = _broken_rules(kernel, inputs)
+        broken = _broken_rules(kernel, key, inputs)
         if broken:
             raise LauncherRuleBroken(f"{kernel.name}[{key_name(key)}]: __call__ {broken}; a launcher only reads its "
                                      "arguments' metadata and builds a LaunchSpec (jitkern.testing.launchers)")
     return len(keys)
 
 
-def _broken_rules(kernel: Any, inputs: dict[str, Any]) -> str:
+def _broken_rules(kernel: Any, key: Any, inputs: dict[str, Any]) -> str:
     """What the launcher did that it must not, in words, or ""."""
     triton_calls: list[str] = []
 
@@ -72,7 +72,7 @@ def _broken_rules(kernel: Any, inputs: dict[str, Any]) -> str:
     sys.setprofile(watch)
     try:
         with work:
-            kernel.launch_spec(**inputs)
+            kernel.spec_for(key, **inputs)
     finally:
         sys.setprofile(previous)
     if triton_calls:

@@ -188,19 +188,15 @@ def test_every_shipped_kernels_runtime_parameters_are_those_triton_compiles_with
         assert kernel._constexpr_names == {param.name for param in params if param.is_constexpr}
 
 
-@pytest.mark.parametrize("wrap", [
-    triton.heuristics({"BLOCK": lambda args: 128}),
-    triton.autotune([triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], key=["n"]),
-], ids=["heuristics", "autotune"])
-def test_a_kernel_wrapped_to_choose_its_constexprs_per_launch_is_refused_by_name(wrap):
-    """Heuristics or autotuning pick constexprs per launch; jitkern's come from
-    ``constants(key)``. Such a class was accepted, then failed at its first compile with an
-    AttributeError from inside the direct launch ('Heuristics' object has no attribute
-    'device_caches')."""
-    with pytest.raises(TypeError, match=r"Wrapped.kernel must be a @triton.jit function, got "
-                                        rf"{type(wrap(_first_kernel)).__name__}; choose constexprs"):
+def test_a_kernel_attribute_that_is_no_triton_function_is_refused_by_name():
+    """A plain function (or anything else Triton cannot compile) is refused where the class
+    is made; Triton's autotune and heuristics wrappers are adopted
+    (``tests/jitkern/kernel/test_tuning.py``). Such a class was accepted, then failed at its
+    first compile with an AttributeError from inside the direct launch."""
+    with pytest.raises(TypeError, match=r"Wrapped.kernel must be a @triton.jit function \(or one wrapped in "
+                                        r"triton.autotune or triton.heuristics\), got function"):
         class Wrapped(JitKernel):
-            kernel = wrap(_first_kernel)
+            kernel = _first_kernel.fn
 
     class Plain(JitKernel):
         kernel = _first_kernel
