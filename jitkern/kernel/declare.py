@@ -249,6 +249,8 @@ class Declaration:
             "    spec.key = compile_key",
             "    return spec",
             f"def __call__({signature}):",
+            "    if ACTIVE.faking:  # a torch op's fake implementation: nothing launches",
+            "        return None",
             f"    compile_key = {make}",
             f"    spec = BUILD(self, compile_key, {call})",
             "    spec.key = compile_key",
