@@ -146,8 +146,9 @@ def schema_of(function: Callable[..., Any], op: str, mutates: tuple[str, ...],
             raise DeclarationError(f"{at}: *{name}: an op takes named arguments only")
         kind, optional = _type_of(hints.get(name))
         if kind is None:
-            raise DeclarationError(f"{at}: argument {name!r} is annotated {hints.get(name, 'nothing')!r}; annotate "
-                                   "it torch.Tensor, int, float, bool, str or dict, or one of them | None")
+            given = f"annotated {hints[name]!r}" if name in hints else "not annotated"
+            raise DeclarationError(f"{at}: argument {name!r} is {given}; annotate it torch.Tensor, int, float, bool, "
+                                   "str or dict, or one of them | None")
         if name in mutates:
             if kind is not torch.Tensor:
                 raise DeclarationError(f"{at}: mutates {name!r}, which is not a tensor")

@@ -124,6 +124,7 @@ def public_call(function: Callable[..., Any] | None = None, *, op: str | None = 
     With ``op="namespace::name"`` it is also the torch op ``torch.ops.namespace.name``
     (``jitkern.launch.ops``), which ``torch.compile`` takes its calls as: ``mutates`` names
     the tensors it writes in place, ``returns`` the one of them it returns (``out``), if any.
+    ``function.op_call`` is what Dynamo traces in its place: the op's call.
     """
     if function is None:
         return functools.partial(public_call, op=op, mutates=mutates, returns=returns)
@@ -160,7 +161,7 @@ def public_call(function: Callable[..., Any] | None = None, *, op: str | None = 
     made = [0]  # plans this function made, evicted ones included
     call.plans = plans
     if op is not None:  # Dynamo traces the op's call in place of this function
-        call._torchdynamo_inline = ops.register(function, call, op, tuple(mutates), returns)
+        call.op_call = call._torchdynamo_inline = ops.register(function, call, op, tuple(mutates), returns)
     return call
 
 
