@@ -3,7 +3,8 @@
 ``public_calls(device)`` lists a call of each public function, as (function, args, kwargs),
 with deployment-shaped inputs (batch 64 decode and verify, prefill chunks of 200 and 300
 tokens, ``build_prefill_groups`` with and without ``out=``), which ``drive_all`` makes;
-``decode_step`` builds one decode step of every package for CUDA-graph timing.
+``decode_step`` builds one decode step of every package for CUDA-graph timing
+(``graph_microseconds``: captured by hand, or by ``torch.compile``'s reduce-overhead mode).
 """
 
 from __future__ import annotations
@@ -128,40 +129,61 @@ def drive_all(device: str) -> None:
         function(*args, **kwargs)
 
 
-def decode_step(device: str = "cuda"):
-    """One decode step of every package at batch 64 (Step5 summaries, DeepSeek V4 store and
-    compressor at ratio 4), as a callable to capture in a graph."""
+PACKAGES = ("step5", "deepseek_v4")
+STEPS_PER_GRAPH = 10
+
+
+def decode_step(device: str = "cuda", packages: tuple[str, ...] = PACKAGES):
+    """One decode step at batch 64 of the packages named (Step5 summaries; DeepSeek V4 store
+    and compressor at ratio 4), as a callable to capture in a graph. The caches it writes
+    are static addresses, as an engine's are (``torch.compile``'s CUDA graphs need them so)."""
     step5_args = step5_decode(device)
     store, compress = dsv4_decode(device)
+    for tensor in (*step5_args[5:7], store[4], compress[4]):
+        torch._dynamo.mark_static_address(tensor)
 
     def step() -> None:
-        step5_ops.update_decode(*step5_args)
-        deepseek_v4.save_partial_states(*store)
-        deepseek_v4.compress_windows(*compress)
+        if "step5" in packages:
+            step5_ops.update_decode(*step5_args)
+        if "deepseek_v4" in packages:
+            deepseek_v4.save_partial_states(*store)
+            deepseek_v4.compress_windows(*compress)
 
     return step
 
 
-def decode_step_graph_microseconds(replays: int = 200) -> float:
-    """GPU time of one CUDA-graph replay of ``decode_step`` (median of event timings)."""
+def graph_microseconds(step, compiled: bool = False, replays: int = 200) -> float:
+    """GPU time per step of ``STEPS_PER_GRAPH`` calls of ``step`` replayed as one CUDA graph
+    (median of event timings): captured by hand, or (``compiled``) made by
+    ``torch.compile(mode="reduce-overhead")`` of a function making the calls. The GPU
+    sleeps first while the host queues the replay, so no host time is counted."""
     import statistics
 
-    step = decode_step()
+    def steps() -> None:
+        for _ in range(STEPS_PER_GRAPH):
+            step()
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        step()
+        step()  # plans each public call, outside the capture
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(10):
-            step()
+    if compiled:
+        replay = torch.compile(steps, fullgraph=True, mode="reduce-overhead")
+        for _ in range(3):  # compiles, warms up, records
+            replay()
+    else:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            steps()
+        replay = graph.replay
     samples = []
     for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1_000_000)  # about 0.5 ms: longer than the host takes to queue what follows
         start.record()
-        graph.replay()
+        replay()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / 10)
+        samples.append(start.elapsed_time(end) * 1e3 / STEPS_PER_GRAPH)
     return statistics.median(samples)

@@ -49,8 +49,8 @@ def test_opcheck_of_every_deepseek_v4_op(compress_ratio):
 
 def test_pdl_kwargs_travel_as_their_repr():
     store, _, _ = decode_inputs(2, 4)
-    _overload, arguments = op_call(save_partial_states, *store, pdl_kwargs=PDL)
-    assert arguments["pdl_kwargs"] == "{'launch_pdl': True}"
+    _overload, (arguments, _) = op_call(save_partial_states, *store, pdl_kwargs=PDL)
+    assert arguments[-1] == "{'launch_pdl': True}"
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError,  # the function's own error, raised while tracing
                        match="pdl_kwargs: launch_pdl must be True or False, got 'yes'"):
         torch.compile(lambda *a: save_partial_states(*a, pdl_kwargs={"launch_pdl": "yes"}), fullgraph=True,
