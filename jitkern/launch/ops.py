@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from jitkern.launch.direct import parameters_source
 from jitkern.launch.spec import active_launch
 from jitkern.layouts.kernel_layouts import DeclarationError
 
@@ -216,16 +217,10 @@ def op_call_source(function: Callable[..., Any], repr_args: tuple[str, ...], ret
     """The source of the op call Dynamo traces for a call of ``function`` (its op, ``OP``;
     with ``given``, its ``.out`` overload, ``GIVEN``), with the function's own signature,
     so that defaults and keywords bind as in an eager call; and its defaults."""
-    names: dict[str, Any] = {}
-    parts, passed = [], []
-    for name, parameter in inspect.signature(function).parameters.items():
-        text = name
-        if parameter.default is not parameter.empty:
-            names[f"DEFAULT_{name}"] = parameter.default
-            text += f"=DEFAULT_{name}"
-        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in parts:
-            parts.append("*")
-        parts.append(text)
+    parameters = inspect.signature(function).parameters
+    parts, names = parameters_source(parameters.values())
+    passed = []
+    for name, parameter in parameters.items():
         value = f"None if {name} is None else repr({name})" if name in repr_args else name
         passed.append((name, f"{name}={value}" if parameter.kind is parameter.KEYWORD_ONLY else value))
     call = ", ".join(text for _, text in passed)

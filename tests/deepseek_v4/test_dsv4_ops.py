@@ -24,7 +24,8 @@ PDL = {"launch_pdl": True}  # dropped where the device has no PDL (here), as in 
 
 def decode_inputs(tokens: int, compress_ratio: int):
     """(store, compress, fused) arguments of a decode step of ``tokens`` requests, head 128."""
-    store, compress = dsv4_decode(None, head_dim=128, compress_ratio=compress_ratio, batch=tokens)
+    store, compress = dsv4_decode(torch.get_default_device().type, head_dim=128, compress_ratio=compress_ratio,
+                                  batch=tokens)
     kv, score, ape, positions, state_cache, slots, block_size, width, _ = store
     _, block_table, _, requests, out, _, head_dim, _ = compress
     fused = (kv, score, ape, positions, state_cache, slots, block_table, requests, out, compress_ratio, head_dim,

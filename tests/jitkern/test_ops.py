@@ -32,11 +32,12 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @pytest.fixture
 def public_calls(monkeypatch):
-    """(function, args, kwargs) of every shipped public function, decode steps of 4 requests."""
+    """(function, args, kwargs) of every shipped public function, decode steps of 4 requests,
+    on torch's default device (CUDA in the GPU mode)."""
     monkeypatch.syspath_prepend(str(REPO))
     from benchmarks import launch_samples
 
-    return launch_samples.public_calls("cpu", batch=4)
+    return launch_samples.public_calls(torch.get_default_device().type, batch=4)
 
 
 def gemm_inputs(tokens=5, experts=4, n=24, k=32, top_k=2):
