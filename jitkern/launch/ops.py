@@ -87,8 +87,9 @@ def register(function: Callable[..., Any], call: Callable[..., Any], op: str, mu
         entry.function, entry.call = function, call  # a reloaded module
     else:
         entry = _ops[op] = Op(function, call, schema, where, repr_args)
-        library = _libraries.get(namespace) or _libraries.setdefault(
-            namespace, torch.library.Library(namespace, "FRAGMENT"))
+        if namespace not in _libraries:
+            _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
+        library = _libraries[namespace]
         positional = [parameter.name for parameter in inspect.signature(function).parameters.values()
                       if parameter.kind is not parameter.KEYWORD_ONLY and (given is None or parameter.name != returns)]
         _define(library, namespace, f"{name}{schema}", entry, positional)
@@ -107,7 +108,8 @@ def _define(library: torch.library.Library, namespace: str, schema: str, entry: 
     ``positional``: the names of its positional arguments, in order."""
     library.define(schema)
     name, returns_tensor = schema.partition("(")[0], not schema.endswith("-> ()")
-    texts = [(name, positional.index(name) if name in positional else None) for name in entry.repr_args]
+    texts = [(argument, positional.index(argument) if argument in positional else None)
+             for argument in entry.repr_args]
 
     def real(*args: Any, **kwargs: Any) -> Any:
         if texts:

@@ -77,10 +77,8 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
-    from jitkern.manifest.deployment import resolve  # pydantic: a load from the memo never needs it
-
     if settings.interpreting():
-        resolve(manifest_paths, target=None)  # the manifests' errors, as below
+        _resolve(manifest_paths)  # the manifests' errors, as below
         return []
     if local_target() is None:  # else Triton's "0 active drivers" traceback, from deep inside
         raise NoGPU("load() loads the binaries onto this machine's GPU, and there is none here "
@@ -93,7 +91,7 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
         for name in remembered:
             registry.get_kernel(name).binaries.prepare()
         return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
-    deployment, _note = resolve(manifest_paths, target=None)
+    deployment = _resolve(manifest_paths)
     domains: dict[Any, list[Any]] = {}  # so the guard names a launch outside them
     for loaded_manifest in deployment.manifests:
         for entry in loaded_manifest.entries:
@@ -140,6 +138,14 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
     if fingerprint:
         memo.write_memo(fingerprint, deployment.modules, {name: registry.get_kernel(name) for name in loaded}, binaries)
     return list(loaded.values())
+
+
+def _resolve(manifest_paths: list[str]) -> Any:
+    """The manifests' ``Deployment`` for this machine's target. Imported here, not at the
+    top: the manifest stage imports pydantic (0.05-0.1 s), which a load from the memo never needs."""
+    from jitkern.manifest.deployment import resolve
+
+    return resolve(manifest_paths, target=None)[0]
 
 
 _process_started: list[float] = []
