@@ -185,7 +185,7 @@ def main() -> None:
         print(f"{name:68} {call_us:8.2f} {bare_us:8.2f} {call_us / bare_us:9.2f} {torch_us:8.2f} "
               f"{call_us / (torch_us + bare_us):17.2f}{compiled}")
     if graph_rows:
-        header = f"{'decode step, batch 64: GPU us per step in a graph of 10':56} {'by hand':>8} {'reduce-overhead':>15}"
+        header = f"{'decode step, batch 64: GPU us a step, graphs of 10':56} {'by hand':>8} {'reduce-overhead':>15}"
         print("\n" + header)
         print("-" * len(header))
         for name, by_hand, compiled in graph_rows:
