@@ -16,8 +16,12 @@ besides (``jitkern.torch_step``s: allocating its output, a fill), which a progra
 the bare launcher would do too: ``call/(torch+bare)`` is what jitkern adds to that. Each
 figure is the median over ``--repeats`` of the mean host time of ``--launches`` launches;
 the ways compared take turns within each repeat, so that drift of the host hits them alike.
-Then the GPU time of one CUDA-graph replay of a decode step (Step5 decode summaries,
-DeepSeek V4 store and compressor, batch 64). ``--dry-run`` runs on a machine with no GPU
+"compiled us" is the same call inside a graph of ``torch.compile(fullgraph=True)`` (Inductor,
+no CUDA graphs): the compiled function's guards, Inductor's wrapper calling the op, the op's
+dispatch and its implementation, the planned public call (``--eager-only`` leaves it out).
+Last, the GPU time per step of decode steps at batch 64 (Step5 summaries; DeepSeek V4 store
+and compressor; both) replayed as one CUDA graph of 10 steps: captured by hand, and made
+by ``torch.compile(mode="reduce-overhead")``. ``--dry-run`` runs on a machine with no GPU
 through ``jitkern.testing.DryRunDriver`` (host overheads only; the bare launcher is a no-op).
 ``--every-layout`` first warms each sampled key in every layout of its tensors at any
 offset (compiling what the cache lacks), so that (a) picks its binary among several
@@ -106,12 +110,24 @@ def three_ways(kernel, spec, every_layout: bool = False):
     return via_jitkern, via_triton, via_bare
 
 
+def compiled_call(function: Callable, args: tuple, kwargs: dict) -> Callable[[], None]:
+    """The call inside a compiled graph (Inductor, ``fullgraph=True``), compiled and run twice.
+    Dynamo is reset first: the previous row's graph, of the same caller code, is not guarded
+    against on every call of this one."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *a, **k: function(*a, **k), fullgraph=True)
+    for _ in range(2):
+        compiled(*args, **kwargs)
+    return lambda: compiled(*args, **kwargs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--dry-run", action="store_true", help="no GPU: host overheads through the dry-run driver")
     parser.add_argument("--every-layout", action="store_true", help="warm every alignment of each key's tensors first")
+    parser.add_argument("--eager-only", action="store_true", help="no public call inside a compiled graph")
     args = parser.parse_args()
 
     import contextlib
@@ -139,14 +155,21 @@ def main() -> None:
                 for step in steps:
                     step.function(*step.args, **step.kwargs)
 
-            call_us, torch_us, *bare_us = host_microseconds([call_way, torch_way, *bare_ways], args.launches,
-                                                            args.repeats, sync)
+            compiled_ways = [] if args.eager_only else [compiled_call(function, call_args, call_kwargs)]
+            call_us, torch_us, *taken = host_microseconds([call_way, torch_way, *compiled_ways, *bare_ways],
+                                                          args.launches, args.repeats, sync)
+            compiled_us, bare_us = taken[:len(compiled_ways)], taken[len(compiled_ways):]
             kernels = "+".join(kernel.name.split(".")[-1] for kernel, _ in launches)
             keywords = "".join(f", {name}=" for name in call_kwargs)  # "(..., out=)": another row of the function
             call_rows.append((f"{function.__module__.split('.')[0]}.{function.__name__}"
                               f"{f'(...{keywords})' if keywords else ''} ({kernels})", call_us, sum(bare_us),
-                              torch_us if steps else 0.0))
-        graph_us = None if args.dry_run else launch_samples.decode_step_graph_microseconds()
+                              torch_us if steps else 0.0, compiled_us[0] if compiled_us else None))
+        graph_rows = [] if args.dry_run else [
+            (name, launch_samples.graph_microseconds(launch_samples.decode_step(packages=packages)),
+             launch_samples.graph_microseconds(launch_samples.decode_step(packages=packages), compiled=True))
+            for name, packages in (("Step5 update_decode", ("step5",)),
+                                   ("DeepSeek V4 save_partial_states + compress_windows", ("deepseek_v4",)),
+                                   ("both", launch_samples.PACKAGES))]
 
     header = f"{'kernel':38} {'jitkern us':>10} {'triton us':>10} {'bare us':>8} {'jk/bare':>8} {'jk/triton':>9}"
     print(header)
@@ -155,14 +178,19 @@ def main() -> None:
         print(f"{name:38} {jitkern_us:10.2f} {triton_us:10.2f} {bare_us:8.2f} "
               f"{jitkern_us / bare_us:8.2f} {jitkern_us / triton_us:9.2f}")
     header = (f"{'public call (its launches)':68} {'call us':>8} {'bare us':>8} {'call/bare':>9} {'torch us':>8} "
-              f"{'call/(torch+bare)':>17}")
+              f"{'call/(torch+bare)':>17} {'compiled us':>11} {'compiled/(torch+bare)':>21}")
     print("\n" + header)
     print("-" * len(header))
-    for name, call_us, bare_us, torch_us in call_rows:
+    for name, call_us, bare_us, torch_us, compiled_us in call_rows:
+        compiled = "" if compiled_us is None else f" {compiled_us:11.2f} {compiled_us / (torch_us + bare_us):21.2f}"
         print(f"{name:68} {call_us:8.2f} {bare_us:8.2f} {call_us / bare_us:9.2f} {torch_us:8.2f} "
-              f"{call_us / (torch_us + bare_us):17.2f}")
-    if graph_us is not None:
-        print(f"decode step at batch 64 (CUDA graph of 10 steps, GPU time per step): {graph_us:.2f} us")
+              f"{call_us / (torch_us + bare_us):17.2f}{compiled}")
+    if graph_rows:
+        header = f"{'decode step, batch 64: GPU us a step, graphs of 10':56} {'by hand':>8} {'reduce-overhead':>15}"
+        print("\n" + header)
+        print("-" * len(header))
+        for name, by_hand, compiled in graph_rows:
+            print(f"{name:56} {by_hand:8.2f} {compiled:15.2f}")
 
 if __name__ == "__main__":
     main()

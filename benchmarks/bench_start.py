@@ -22,6 +22,9 @@ a package: a process that finds none compiles every module from source, on every
 it may not write bytecode (``PYTHONDONTWRITEBYTECODE``, which the device image sets).
 ``--sources-only`` skips that, to measure a checkout without bytecode.
 
+``bench_serving_start.py`` times the same start as an engine sees it, one span from before
+``import jitkern`` to after ``load()``, Triton's import within it, in 1 and 8 processes.
+
 The cache must hold every key of the manifests for this GPU (``python -m jitkern.warmup
 ... --target cuda:90 --cache-dir DIR``; ``load()`` compiles nothing). ``--dry-run`` runs on
 a machine with no GPU through ``jitkern.testing.dry_run_gpu``: the host work only (no

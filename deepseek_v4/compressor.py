@@ -125,7 +125,7 @@ class CompressWindowsKernel(TritonJitKernel):
             result=out)
 
 
-@public_call
+@public_call(op="deepseek_v4::compress_windows", mutates=["out"], returns="out")
 def compress_windows(
     state_cache: torch.Tensor,
     block_table: torch.Tensor,

@@ -129,7 +129,7 @@ class DecodeStepKernel(TritonJitKernel):
             result=out)
 
 
-@public_call
+@public_call(op="deepseek_v4::decode_step", mutates=["state_cache", "out"], returns="out")
 def decode_step(
     kv: torch.Tensor,
     score: torch.Tensor,

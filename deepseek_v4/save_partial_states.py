@@ -95,7 +95,7 @@ class SavePartialStatesKernel(TritonJitKernel):
             result=state_cache)
 
 
-@public_call
+@public_call(op="deepseek_v4::save_partial_states", mutates=["state_cache"])
 def save_partial_states(
     kv: torch.Tensor,
     score: torch.Tensor,

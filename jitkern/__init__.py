@@ -19,7 +19,7 @@ from jitkern.kernel.declare import (Config, DeclarationError, Tensor, argument, 
 from jitkern.kernel.tuning import Buckets, TuningSpace
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.plans import public_call, torch_step
-from jitkern.launch.spec import LaunchSpec
+from jitkern.launch.spec import LaunchSpec, is_faking
 from jitkern.layouts.binary_key import BinaryKey, key_fields, key_name
 from jitkern.layouts.domains import LayoutDomain
 from jitkern.layouts.kernel_layouts import WarmupMismatch
@@ -61,6 +61,7 @@ __all__ = [
     "keys",
     "launch_stride",
     "next_power_of_2",
+    "is_faking",
     "public_call",
     "torch_step",
     "tuned",

@@ -1,8 +1,8 @@
 """Watching compiles in a serving process.
 
-Once serving starts, a launch that misses the binaries warmup loaded means a compile
-(or a cache load) on somebody's request. The guard sees each one through Triton's
-hooks and, by mode: ``off`` ignores it, ``warn`` warns, ``error`` raises
+Once serving starts, a launch of a jitkern kernel that misses the binaries warmup loaded
+means a compile (or a cache load) on somebody's request. The guard sees each one through
+Triton's hooks and, by mode: ``off`` ignores it, ``warn`` warns, ``error`` raises
 ``ServeTimeCompile`` before anything compiles, ``record`` appends the key to a JSON-lines
 file whose lines ``python -m jitkern.warmup merge-record`` adds to a manifest's ``keys``
 (``jitkern.manifest.record``), and publishes each compile to Redis when it is configured.
@@ -10,6 +10,13 @@ Explicit warmups (``kernel.compile``, the CLI) are never flagged. A call of a tu
 whose bucket its tuning table lacks (``jitkern.kernel.tuning``) launches the declared
 default: warned once a bucket in warn and record modes, refused (``UntunedBucket``) in
 error mode; it never benchmarks.
+
+A plain ``@triton.jit`` kernel launched beside them (an engine's own) is flagged only when
+Triton truly compiles it: its launch missing Triton's in-process binaries is followed by a
+load from the disk cache, a wheel or Redis as often as by a compile (a load took 0.005 s
+in vLLM's fused-MoE path), and only Triton's compile listener (``cache_hit``) tells them
+apart, after the fact: in error mode that launch raises once its compile is done. Triton
+kernels Inductor compiles for a model's own graph are not launches and never flagged.
 
 Set the mode in code (``jitkern.guard.set_mode("error")``) or with ``JITKERN_GUARD``;
 ``JITKERN_GUARD_RECORD`` names the record file.
@@ -49,6 +56,7 @@ class UntunedBucketWarning(RuntimeWarning):
 _state: dict[str, Any] = {"mode": "off", "record_file": None}
 _recorded: set[tuple[str, str]] = set()
 _lock = threading.Lock()
+_plain_launch = threading.local()  # fn: the plain Triton kernel whose launch missed last in this thread
 
 
 def set_mode(mode: str, record_file: str | Path | None = None) -> None:
@@ -60,9 +68,9 @@ def set_mode(mode: str, record_file: str | Path | None = None) -> None:
     publish_compiles(mode == "record")
     watch_defaults(_on_default, on=mode != "off")
     if mode == "off":
-        hooks.remove_watchers(on_cache_miss=_on_cache_miss)
+        hooks.remove_watchers(on_compile=_on_compile, on_cache_miss=_on_cache_miss)
     else:
-        hooks.add_watchers(on_cache_miss=_on_cache_miss)
+        hooks.add_watchers(on_compile=_on_compile, on_cache_miss=_on_cache_miss)
 
 
 def mode() -> str:
@@ -93,14 +101,31 @@ def describe_miss(fn: Any) -> tuple[str, dict[str, Any] | None]:
 def _on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:
     if is_manual_warmup:
         return
-    what, entry = describe_miss(fn)
+    if active_launch.kernel is None:  # a plain Triton kernel: flagged if Triton compiles it (_on_compile)
+        _plain_launch.fn = fn
+        return
+    _flag(*describe_miss(fn))
+
+
+def _on_compile(*, src, cache_hit: bool, **_: Any) -> None:
+    """A plain kernel's launch that missed (``_on_cache_miss``) is flagged when Triton
+    compiled its binary rather than finding it (in memory, on disk, in a wheel, in Redis)."""
+    launched = getattr(_plain_launch, "fn", None)
+    if launched is None or getattr(src, "fn", None) is not launched.jit_function:
+        return  # not a launch: a warmup, or a kernel Inductor compiles for a model's graph
+    _plain_launch.fn = None
+    if not cache_hit:
+        _flag(*describe_miss(launched))
+
+
+def _flag(what: str, entry: dict[str, Any] | None) -> None:
     covering = f"; a manifest entry covering it: {json.dumps(entry)}" if entry else ""
     message = f"serve-time compile of {what}{covering}"
     current = _state["mode"]
     if current == "error":
         raise ServeTimeCompile(message)
     if current == "warn":
-        warnings.warn(message, ServeTimeCompileWarning, stacklevel=2)
+        warnings.warn(message, ServeTimeCompileWarning, stacklevel=3)
     elif current == "record" and entry is not None:
         kernel, spec = active_launch.kernel, active_launch.spec
         _record(entry, kernel.layouts.seen(kernel.layouts.binary_key(spec), spec))

@@ -52,7 +52,7 @@ class AxpyKernel(TritonJitKernel):
                           kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements), result=out)
 
 
-@public_call
+@public_call(op="jitkern_examples::axpy", mutates=["out"], returns="out")
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``alpha * x + y`` for contiguous tensors of one dtype and size."""
     for name, tensor in (("x", x), ("y", y), ("out", out)):

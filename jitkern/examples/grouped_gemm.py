@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from jitkern import (Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, cdiv, computed, dtype_of,
-                     kernel_launcher, launch_stride, public_call, size_of, tuned)
-from jitkern.kernel.validation import check_strides_below_i32, check_values_in, same_device
+                     is_faking, kernel_launcher, launch_stride, public_call, size_of, tuned)
+from jitkern.kernel.validation import check_strides_below_i32, check_values_in, runs_on_host, same_device
 
 @triton.jit(
     do_not_specialize=["num_pairs"],  # M * top_k changes every batch: one binary for all
@@ -213,7 +213,7 @@ def _capacity(key: Any) -> int:
 # --- the public function -----------------------------------------------------------------
 
 
-@public_call
+@public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """``c [M, top_k, N]``: ``c[m, j] = a[m] @ b[topk_ids[m, j]].T``, times ``topk_weights[m, j]``
@@ -221,7 +221,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
 
     ``a``: float16 or bfloat16 ``[M, K]``, rows dense (any row stride); ``b``: ``[E, N, K]`` of
     a's dtype, K dense; ``topk_ids``: int32 or int64 ``[M, top_k]``, values in ``[0, E)`` (checked
-    on the CPU only: on a GPU it would sync); ``topk_weights``: float32 ``[M, top_k]``, dense;
+    where kernels run on the host only: on a GPU it would sync); ``topk_weights``: float32 ``[M, top_k]``, dense;
     ``out``: a dense ``[M, top_k, N]`` tensor of a's dtype to write. Strides below 2**31.
 
     The host-side sorting is torch work whose three results the launch takes; a
@@ -231,7 +231,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     _check(a, b, topk_ids, topk_weights, out)
     tokens, top_k, n = a.shape[0], topk_ids.shape[1], b.shape[1]
     c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
-    if tokens:
+    if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
         kernel = GroupedGemmKernel()
         key = kernel.dispatch(dtype=a.dtype, n=n, k=a.shape[1], top_k=top_k, mul_routed_weight=topk_weights is not None,
                               experts=b.shape[0], batch=BATCHES.of(tokens))  # the tile its launch takes
@@ -265,7 +265,8 @@ def _check(a, b, topk_ids, topk_weights, out) -> None:
     if padded_capacity(tokens * top_k, experts, LARGEST_BLOCK_M) >= 2**31:
         raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
     given = {name: t for name, t in (("topk_weights", topk_weights), ("out", out)) if t is not None}
-    if same_device(a=a, b=b, topk_ids=topk_ids, **given).type == "cpu":
+    same_device(a=a, b=b, topk_ids=topk_ids, **given)
+    if runs_on_host(topk_ids):
         check_values_in("topk_ids", topk_ids.reshape(-1), 0, experts)
 
 

@@ -140,6 +140,8 @@ def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
 
     @functools.wraps(build)
     def launch(self: "TritonJitKernel", *args: Any, **kwargs: Any) -> Any:
+        if active_launch.faking:  # a torch op's fake implementation: nothing launches
+            return None
         spec = build(self, *args, **kwargs)
         launched = self.launch(spec)
         if recording.launches is not None:  # a public call records its launches (jitkern.launch.plans)
@@ -352,7 +354,7 @@ def _adopt_declaration(cls: type) -> None:
         cls.get_warmup_keys = declaration.get_warmup_keys()
     if takes_key:
         source, namespace = declaration.launcher_source(writes_dispatch)
-        namespace.update(MAKE=declaration.make, BUILD=build, RECORDING=recording)
+        namespace.update(MAKE=declaration.make, BUILD=build, RECORDING=recording, ACTIVE=active_launch)
         exec(compile(source, f"<launcher of {cls.__qualname__}>", "exec"), namespace)  # noqa: S102 - our own source
         for name in ("__call__", "launch_spec", "reads"):
             functools.update_wrapper(namespace[name], build)

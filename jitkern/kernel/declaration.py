@@ -15,6 +15,7 @@ import torch
 
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor
 from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
+from jitkern.launch.direct import parameters_source
 from jitkern.launch.plans import forget_plans
 from jitkern.layouts.kernel_layouts import DeclarationError
 from jitkern.layouts.specialisation import runtime_params
@@ -134,20 +135,12 @@ class Declaration:
         """The source of the ``__call__`` (and ``launch_spec``) made around the author's:
         the key read from the arguments (by the class's own ``dispatch`` when it writes
         one), then the author's launcher given it; and ``reads``, the values read."""
-        namespace: dict[str, Any] = {}
-        parts, arguments = [], []
         for parameter in self.parameters:
             if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
                 raise DeclarationError(f"{self.name}.__call__: *{parameter.name} cannot be read by a declared key")
-            text = parameter.name
-            if parameter.default is not parameter.empty:
-                namespace[f"DEFAULT_{parameter.name}"] = parameter.default
-                text += f"=DEFAULT_{parameter.name}"
-            if parameter.kind is parameter.KEYWORD_ONLY and "*" not in parts:
-                parts.append("*")
-            parts.append(text)
-            arguments.append(f"{parameter.name}={parameter.name}" if parameter.kind is parameter.KEYWORD_ONLY
-                             else parameter.name)
+        parts, namespace = parameters_source(self.parameters)
+        arguments = [f"{parameter.name}={parameter.name}" if parameter.kind is parameter.KEYWORD_ONLY
+                     else parameter.name for parameter in self.parameters]
         reads = []
         for name in self.read:
             field = self.reading[name]
@@ -172,6 +165,8 @@ class Declaration:
             "    spec.key = compile_key",
             "    return spec",
             f"def __call__({signature}):",
+            "    if ACTIVE.faking:  # a torch op's fake implementation: nothing launches",
+            "        return None",
             f"    compile_key = {make}",
             f"    spec = BUILD(self, compile_key, {call})",
             "    spec.key = compile_key",

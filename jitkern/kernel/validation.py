@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from jitkern import targets
+from jitkern.launch.spec import active_launch
 from jitkern.settings import interpreting
 
 INDEX_DTYPES = (torch.int32, torch.int64)  # of index tensors; a tuple: `in` takes 40 ns, 240 in a dict's values()
@@ -93,8 +94,9 @@ def runs_on_host(tensor: torch.Tensor) -> bool:
     free: public functions check them (``check_values_in``) where this is True. Not a GPU
     (reading values would synchronise it), nor CPU tensors compiled for a target and
     launched by nothing (compile-only tests), whose outputs, never written, hold no values
-    to check. ``is_cpu``, not ``device.type``: 0.1 against 0.7 us a call (timeit, CPU machine)."""
-    return tensor.is_cpu and interpreting()
+    to check, nor a torch op's fake tensors, which hold none (``jitkern.launch.ops.faking``).
+    ``is_cpu``, not ``device.type``: 0.1 against 0.7 us a call (timeit, CPU machine)."""
+    return tensor.is_cpu and interpreting() and not active_launch.faking
 
 
 def device_has_pdl(device: torch.device) -> bool:

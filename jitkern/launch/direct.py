@@ -232,6 +232,22 @@ def generated_code(source: str, filename: str) -> Any:
     return code
 
 
+def parameters_source(parameters: Any) -> tuple[list[str], dict[str, Any]]:
+    """The parameters of a generated function (``def f(...)``) as ``parameters``
+    (``inspect.Parameter``s) declare them, each default the name ``DEFAULT_<name>`` of the
+    namespace returned beside them."""
+    parts, defaults = [], {}
+    for parameter in parameters:
+        text = parameter.name
+        if parameter.default is not parameter.empty:
+            defaults[f"DEFAULT_{parameter.name}"] = parameter.default
+            text += f"=DEFAULT_{parameter.name}"
+        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        parts.append(text)
+    return parts, defaults
+
+
 def known_code(sources: list[str] | None = None, codes: dict[str, Any] | None = None) -> dict[str, Any]:
     """The compiled code of each of ``sources``; with ``codes``, take those as compiled."""
     if codes:

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from jitkern import settings
+from jitkern.launch import ops
 from jitkern.launch.direct import generated_code
 
 _TENSOR = torch.Tensor
@@ -116,8 +117,17 @@ def torch_step(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> An
     return result
 
 
-def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate a kernel's public function: a signature called twice is planned (see above)."""
+def public_call(function: Callable[..., Any] | None = None, *, op: str | None = None, mutates: Iterable[str] = (),
+                returns: str | None = None) -> Callable[..., Any]:
+    """Decorate a kernel's public function: a signature called twice is planned (see above).
+
+    With ``op="namespace::name"`` it is also the torch op ``torch.ops.namespace.name``
+    (``jitkern.launch.ops``), which ``torch.compile`` takes its calls as: ``mutates`` names
+    the tensors it writes in place, ``returns`` the one of them it returns (``out``), if any.
+    ``function.op_call`` is what Dynamo traces in its place: the op's call.
+    """
+    if function is None:
+        return functools.partial(public_call, op=op, mutates=mutates, returns=returns)
     plans: dict[Any, list] = {}  # argument names -> plans, last used first
     seen: dict[tuple, None] = {}
     _tables.append(plans)
@@ -150,6 +160,8 @@ def public_call(function: Callable[..., Any]) -> Callable[..., Any]:
 
     made = [0]  # plans this function made, evicted ones included
     call.plans = plans
+    if op is not None:  # Dynamo traces the op's call in place of this function
+        call.op_call = call._torchdynamo_inline = ops.register(function, call, op, tuple(mutates), returns)
     return call
 
 

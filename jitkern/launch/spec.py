@@ -28,12 +28,21 @@ class LaunchSpec(Generic[CompileKeyT]):
 
 class ActiveLaunch(threading.local):
     """The kernel and spec being launched through Triton, so compile hooks (the guard) can
-    name its binary; and whether launches are rehearsed (``jitkern.serve.rehearsal``),
-    which must never take Triton's path."""
+    name its binary; whether launches are rehearsed (``jitkern.serve.rehearsal``), which
+    must never take Triton's path; and whether a torch op's fake implementation runs
+    (``jitkern.launch.ops.faking``), where kernels launch nothing and no values are read."""
 
     kernel: Any = None
     spec: LaunchSpec | None = None
     rehearsing: bool = False
+    faking: bool = False
 
 
 active_launch = ActiveLaunch()
+
+
+def is_faking() -> bool:
+    """Whether this call runs as a torch op's fake implementation (``jitkern.launch.ops``), on
+    fake tensors whose sizes may be symbolic: a public function skips host work done only for
+    its launch (a sort for the kernel, a ``dispatch`` of its own, which takes concrete values)."""
+    return active_launch.faking

@@ -78,10 +78,8 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
-    from jitkern.manifest.deployment import resolve  # pydantic: a load from the memo never needs it
-
     if settings.interpreting():
-        resolve(manifest_paths, target=None)  # the manifests' errors, as below
+        _resolve(manifest_paths)  # the manifests' errors, as below
         return []
     if local_target() is None:  # else Triton's "0 active drivers" traceback, from deep inside
         raise NoGPU("load() loads the binaries onto this machine's GPU, and there is none here "
@@ -95,7 +93,7 @@ def _load(manifest_paths: list[str]) -> list[LoadedKernel]:
             registry.get_kernel(name).binaries.prepare()
         _warn_tuning(recorded["tuning_lines"])
         return [LoadedKernel(name, binaries, seconds) for name, (binaries, seconds) in remembered.items()]
-    deployment, _note = resolve(manifest_paths, target=None)
+    deployment = _resolve(manifest_paths)
     from jitkern.tuning import serving_entries, table_files, take_tables  # pydantic's too
 
     domains: dict[Any, list[Any]] = {}  # so the guard names a launch outside them
@@ -158,6 +156,14 @@ class TuningTableWarning(RuntimeWarning):
 def _warn_tuning(lines: list[str]) -> None:
     for line in lines:
         warnings.warn(f"jitkern: {line}", TuningTableWarning, stacklevel=4)
+
+
+def _resolve(manifest_paths: list[str]) -> Any:
+    """The manifests' ``Deployment`` for this machine's target. Imported here, not at the
+    top: the manifest stage imports pydantic (0.05-0.1 s), which a load from the memo never needs."""
+    from jitkern.manifest.deployment import resolve
+
+    return resolve(manifest_paths, target=None)[0]
 
 
 _process_started: list[float] = []

@@ -11,6 +11,8 @@
   checks each the same way (``jitkern.testing.coverage``).
 - ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
   nothing (for testing hooks and launch paths in CI).
+- ``check_op()``: torch's ``opcheck`` of the op a public function's call takes;
+  ``op_call()``, that op and its arguments (``jitkern.testing.ops``).
 
 The pytest fixture ``assert_no_compile`` lives in the plugin package ``jitkern_pytest``.
 """
@@ -28,9 +30,10 @@ from jitkern.layouts import specialisation
 from jitkern.layouts.binary_key import BinaryKey
 from jitkern.testing.coverage import check_coverage
 from jitkern.testing.dry_run import DryRunDriver, dry_run_gpu
+from jitkern.testing.ops import OPCHECK_TESTS, check_op, op_call
 
-__all__ = ["DryRunDriver", "UnexpectedCompile", "assert_no_compile", "check_coverage", "dry_run_gpu", "missing_from",
-           "record_launches", "triton_lookup_key", "uncovered_by_warmup"]
+__all__ = ["OPCHECK_TESTS", "DryRunDriver", "UnexpectedCompile", "assert_no_compile", "check_coverage", "check_op",
+           "dry_run_gpu", "missing_from", "op_call", "record_launches", "triton_lookup_key", "uncovered_by_warmup"]
 
 
 class UnexpectedCompile(AssertionError):
@@ -39,14 +42,19 @@ class UnexpectedCompile(AssertionError):
 
 @contextlib.contextmanager
 def assert_no_compile() -> Iterator[list[str]]:
-    """Fail if a launch inside the block misses the warmed binaries or compiles.
+    """Fail if a launch of a jitkern kernel inside the block misses the warmed binaries, or
+    anything compiles (a plain Triton kernel's binary found in a cache is no compile).
 
-    Under ``TRITON_INTERPRET=1`` nothing compiles, so nothing can fail here.
+    Under ``TRITON_INTERPRET=1`` nothing compiles, so nothing can fail here. A compiled
+    graph's first call compiles the graph (Inductor's own Triton kernels too): make it
+    before the block.
     """
     problems: list[str] = []
 
     def on_cache_miss(*, fn, is_manual_warmup: bool, **_: Any) -> None:
-        what, _entry = describe_miss(fn)
+        what, entry = describe_miss(fn)
+        if entry is None:  # a plain Triton kernel: found in a cache, or compiled (on_compile)
+            return
         kind = "warmup of" if is_manual_warmup else "launch missed the warmed binaries:"
         problems.append(f"{kind} {what}")
 

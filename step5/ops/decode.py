@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from jitkern import LaunchSpec, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
 from jitkern.kernel.validation import runs_on_host, same_device
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
@@ -54,8 +56,9 @@ class UpdateDecodeKernel(TritonJitKernel):
             **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
-@public_call
-def update_decode(key, z, slots, positions, ring_base, mean, ring, capacity: int) -> None:
+@public_call(op="step5::update_decode", mutates=["mean", "ring"])
+def update_decode(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                  ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
     tokens = check_rows(key, z)

@@ -131,8 +131,9 @@ class WriteRingKernel(TritonJitKernel):
                                                         **stride_kwargs(key=key, z=z), n_groups=n_groups))
 
 
-@public_call
-def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None) -> torch.Tensor:
+@public_call(op="step5::build_prefill_groups", mutates=["out"], returns="out")
+def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: torch.Tensor,
+                         query_start_loc: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The step's closed regions, listed on the device with no host synchronisation.
 
     Returns int32 ``[tokens // 8 + 2 * requests, 3]``: ``tokens // 8 + requests`` group rows
@@ -170,8 +171,9 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
         check_out("out", out, torch.int32, shape, device, "[tokens // 8 + 2 * requests, 3]")
     if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
         groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
-        return prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
-                                                             prefill_fused.launch_pdl(device))
+        prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
+                                                      prefill_fused.launch_pdl(device))
+        return groups
     if one_program(tokens, shape[0]):  # it writes every row: no fill launch
         groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
         if shape[0]:
@@ -185,8 +187,10 @@ def build_prefill_groups(slots, positions, owners, query_start_loc, *, out=None)
     return groups
 
 
-@public_call
-def update_prefill(key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity: int) -> None:
+@public_call(op="step5::update_prefill", mutates=["mean", "ring"])
+def update_prefill(key: torch.Tensor, z: torch.Tensor, metadata: torch.Tensor, positions: torch.Tensor,
+                   ring_base: torch.Tensor, ring_slots: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor,
+                   capacity: int) -> None:
     """Summarize the regions this step closes, then store open-region rows.
 
     Two launches on one stream: every ring read of the step (summaries) precedes its

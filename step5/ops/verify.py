@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from jitkern import LaunchSpec, Tensor, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
 from jitkern.kernel.validation import runs_on_host, same_device
 from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
@@ -53,8 +55,10 @@ class UpdateVerifyKernel(TritonJitKernel):
             Ring=ring, n_tokens=slots.shape[0], **stride_kwargs(key=key, z=z, mean=mean)))
 
 
-@public_call
-def update_verify(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:
+@public_call(op="step5::update_verify", mutates=["mean", "ring"])
+def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query_start_loc: torch.Tensor,
+                  seq_lens: torch.Tensor, ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor,
+                  capacity: int) -> None:
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
     ``seq_lens[r] - q .. seq_lens[r] - 1``. No host metadata, no sync, no allocation:
     capturable in a CUDA graph."""
