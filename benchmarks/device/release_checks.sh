@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A release's H200 checks in two device calls (device time is short), from the repo root:
+# A release's H200 checks in three device calls (device time is short), from the repo root:
 #
-#   bash benchmarks/device/release_checks.sh proofs       # cache checks, tuning, the GPU test suite
-#   bash benchmarks/device/release_checks.sh benchmarks   # launch, start, serving start, tuning figures
+#   bash benchmarks/device/release_checks.sh proofs       # cache checks, tune, the GPU test suite
+#   bash benchmarks/device/release_checks.sh benchmarks   # launch, start, serving start
+#   bash benchmarks/device/release_checks.sh tuning       # tuned against default against Triton's autotuner
 #
 # Expects, carried beside the tree: .whl/ (pydantic's cp312 wheels: the device image lacks
 # them) and .device-carry/caches.tar.xz, two caches of warmup_manifests/*.json and
@@ -40,11 +41,13 @@ if [ "${1:-proofs}" = proofs ]; then
   export TRITON_CACHE_DIR=$IR
   step tests 300 gpu-suite.txt env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider \
     --durations=10 tests
-else
+elif [ "$1" = benchmarks ]; then
   export TRITON_CACHE_DIR=$BIN
   step launch 300 bench-launch.txt python3 benchmarks/bench_launch.py --repeats 15
   step start 120 bench-start.txt python3 benchmarks/bench_start.py --runs 5 --cache-dir "$BIN"
   step serving 180 serving-start.txt python3 benchmarks/bench_serving_start.py --runs 3 --cache-dir "$BIN"
-  step tuning 240 bench-tuning.txt python3 benchmarks/bench_tuning.py --cache-dir "$BIN"
+else  # tuning
+  export TRITON_CACHE_DIR=$BIN
+  step tuning 400 bench-tuning.txt python3 benchmarks/bench_tuning.py --cache-dir "$BIN"
 fi
 printf '%s\n' "${summary[@]}"
