@@ -143,7 +143,8 @@ def gpu_microseconds(call, smoke: bool) -> float:
 
 
 def run(command: list[str], cache_dir: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, TRITON_CACHE_DIR=cache_dir, PYTHONPATH=str(REPO))
+    environment = dict(os.environ, TRITON_CACHE_DIR=cache_dir,
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True)
 
 
