@@ -61,5 +61,6 @@ def test_compiled_mode_suite():
     returncode = process.wait()
     output.seek(0)
     text = output.read()
+    output.close()
     assert returncode in (0, NO_TESTS), f"compiled-mode tests failed:\n{text[-25000:]}"
     print(text[-2000:])

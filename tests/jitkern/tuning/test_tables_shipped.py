@@ -163,7 +163,7 @@ def test_tune_times_candidates_from_the_cache_and_compiles_none(warmed, dry_run_
 
 def test_the_tune_command_imports_and_exports_vllms_configs_and_says_what_it_cannot_do(tmp_path):
     cache, grouped = tmp_path / "cache", TESTS.parent / "warmup_manifests" / "grouped-gemm-h200.json"
-    example = TESTS.parent / "jitkern" / "examples" / "E=64,N=1408,device_name=NVIDIA_H200.json"
+    example = Path(__file__).with_name("E=64,N=1408,device_name=NVIDIA_H200.json")
     where = ["--where", "experts=64,n=1408,mul_routed_weight=false"]
     imported = cli("tune", grouped, "--target", "cuda:90", "--import-vllm", example, *where, cache_dir=cache)
     assert imported.returncode == 0, imported.stderr

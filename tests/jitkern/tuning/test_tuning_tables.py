@@ -20,7 +20,7 @@ from jitkern.tuning import (Row, Table, TableError, check_tables, import_vllm, s
 
 REPO = Path(__file__).resolve().parents[3]
 MANIFEST = str(REPO / "warmup_manifests" / "grouped-gemm-h200.json")
-VLLM_EXAMPLE = str(REPO / "jitkern" / "examples" / "E=64,N=1408,device_name=NVIDIA_H200.json")
+VLLM_EXAMPLE = str(Path(__file__).with_name("E=64,N=1408,device_name=NVIDIA_H200.json"))  # a vLLM file made up for the tests
 H200, KERNEL = "NVIDIA H200", "jitkern.example.grouped_gemm"
 WHERE = "jitkern.example.grouped_gemm for cuda:90 on NVIDIA H200"
 

@@ -16,7 +16,7 @@ from jitkern.tuning import Row, TableError, export_vllm, import_vllm, vllm_gpu
 
 REPO = Path(__file__).resolve().parents[3]
 MANIFEST = str(REPO / "warmup_manifests" / "grouped-gemm-h200.json")
-EXAMPLE = REPO / "jitkern" / "examples" / "E=64,N=1408,device_name=NVIDIA_H200.json"
+EXAMPLE = Path(__file__).with_name("E=64,N=1408,device_name=NVIDIA_H200.json")  # a vLLM file made up for the tests
 KERNEL, DEEPSEEK = "jitkern.example.grouped_gemm", {"experts": 64, "n": 1408}
 
 
