@@ -96,7 +96,8 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
     ``TritonWarmupTensor.varying``): any integer; else as its stand-in. Any other integer
     (a size, a value ``__call__`` computes): any integer, unless the kernel lists it in
     ``pinned_by_key`` (its value is a function of the key). A stride (``"z.0"``) or an
-    integer argument ``layout.values`` names: the classes of its declared values.
+    integer argument ``layout.values`` names: the classes of its declared values (a stride's
+    with the class it takes at a dimension of size 1: see ``_classes``).
     """
     found = origins(kwargs)
     stand_ins = {value.name: value for value in kwargs.values() if isinstance(value, TritonWarmupTensor)}
@@ -118,8 +119,9 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
             tensor, dim = found.strides[param.name]
             varies = tensor not in stand_ins or stand_ins[tensor].stride_varies(dim)
             values = layout.stride_values(tensor, dim) or layout.values.get(param.name)
-            domains[param.name] = (_classes(param, values, kernel.large_ints) if values else
-                                   int_classes(param, kernel.large_ints) if varies or layout.allows_any_stride(tensor, dim)
+            every = int_classes(param, kernel.large_ints)
+            domains[param.name] = (_classes(param, values, kernel.large_ints, also=every if varies else (text,))
+                                   if values else every if varies or layout.allows_any_stride(tensor, dim)
                                    else (text,))
         elif param.name in kernel.pinned_by_key:
             domains[param.name] = (text,)
@@ -130,9 +132,16 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
     return domains
 
 
-def _classes(param: Any, values: ValueDomain, large: bool) -> tuple[str, ...]:
-    """The classes Triton gives the values of ``values``, in ``int_classes``' order."""
-    found = {int_text(param, value) for value in values.witnesses(large)}
+def _classes(param: Any, values: ValueDomain, large: bool, also: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The classes Triton gives the values of ``values``, and ``also``, in ``int_classes``' order.
+
+    A stride's ``also`` is the class a launch passes where the dimension has size 1 (or the
+    tensor no elements): ``launch_stride`` then gives the kernel's usual stride, whatever
+    the tensor's own, in the declared values or not (a one-token batch whose rows are a
+    slice of a 600-wide projection has stride 600 yet launches with the stand-in's). That
+    is the stand-in's class, or any class where the stride varies with the sizes (the
+    dense stride of later dimensions that vary)."""
+    found = {int_text(param, value) for value in values.witnesses(large)} | set(also)
     return tuple(text for text in int_classes(param, True) if text in found)
 
 

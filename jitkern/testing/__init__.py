@@ -70,20 +70,40 @@ def assert_no_compile() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def record_launches(dry_run: bool = False) -> Iterator[list[tuple[TritonJitKernel, LaunchSpec]]]:
-    """Collect ``(kernel, spec)`` for every launch inside the block; launch nothing if ``dry_run``."""
+    """Collect ``(kernel, spec)`` for every launch inside the block; launch nothing if ``dry_run``.
+
+    A kernel class may have a ``launch`` of its own (under Triton's interpreter, one that
+    calls ``tl.dot`` refuses bf16 launches: ``jitkern.kernel.interpreter``), so each class
+    defining one is wrapped, not only ``TritonJitKernel``."""
     launches: list[tuple[TritonJitKernel, LaunchSpec]] = []
-    launch = TritonJitKernel.launch
+    originals = {cls: cls.__dict__["launch"] for cls in _kernel_classes() if "launch" in cls.__dict__}
 
-    def recording_launch(kernel: TritonJitKernel, spec: LaunchSpec) -> None:
-        launches.append((kernel, spec))
-        if not dry_run:
-            launch(kernel, spec)
+    def recording(launch: Any) -> Any:
+        def recording_launch(kernel: TritonJitKernel, spec: LaunchSpec) -> None:
+            launches.append((kernel, spec))
+            if not dry_run:
+                launch(kernel, spec)
 
-    TritonJitKernel.launch = recording_launch
+        return recording_launch
+
+    for cls, launch in originals.items():
+        cls.launch = recording(launch)
     try:
         yield launches
     finally:
-        TritonJitKernel.launch = launch
+        for cls, launch in originals.items():
+            cls.launch = launch
+
+
+def _kernel_classes() -> list[type]:
+    """``TritonJitKernel`` and every subclass of it defined so far."""
+    found, pending = [], [TritonJitKernel]
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending += cls.__subclasses__()
+    return found
 
 
 def missing_from(launches, keys_by_kernel: dict[str, list[BinaryKey]]) -> list[str]:

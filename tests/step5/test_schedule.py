@@ -31,6 +31,7 @@ MANIFESTS = sorted((Path(__file__).resolve().parents[2] / "warmup_manifests").gl
 # A deployment whose key and z come in several layouts (tests/manifests/step5-views.json declares them).
 VIEWS_MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "step5-views.json"
 VALUES_MANIFEST = VIEWS_MANIFEST.with_name("step5-values.json")  # the same deployment, declared by values
+CONFIG_MANIFESTS = sorted(VIEWS_MANIFEST.with_name("step5-configs").glob("*.json"))  # by values, one per configuration
 MIXED_ROWS = ["contiguous", "fused", "odd_rows", "z_offset"]
 
 
@@ -46,13 +47,19 @@ class Schedule:
     """The engine's side of the schedule: requests, their KV blocks and ring rows."""
 
     def __init__(self, block_size: int, draft_tokens: int, capacity: int, max_requests: int = 5,
-                 rows: str | None = None):
+                 rows: str | None = None, chunks: tuple[int, int] = (1, 48), prompts: tuple[int, int] = (9, 150)):
         """``rows``: the layout of every step's key and z (``random_rows``), or ``"mixed"``
-        for a random one each step; by default each kind of step has its own."""
+        for a random one each step; by default each kind of step has its own. ``chunks`` and
+        ``prompts``: the range of a request's prefill chunk and of its prompt, in tokens; by
+        default a mixed step has at most 243 tokens, and with longer chunks it may reach the
+        256 that take the prefill in two launches (``step5.ops.prefill_fused``)."""
         self.block_size, self.k = block_size, draft_tokens
         self.rows = rows
-        self.tables = BlockTables(num_blocks=max_requests * (-(-200 // block_size) + 1), block_size=block_size)
-        self.ring = Step5CSATailRing(max_requests, 256, draft_tokens=draft_tokens, capacity=capacity)
+        self.chunks, self.prompts = chunks, prompts
+        blocks = max_requests * (-(-(prompts[1] + 50) // block_size) + 1)
+        self.tables = BlockTables(num_blocks=blocks, block_size=block_size)
+        self.ring = Step5CSATailRing(max_requests, max(256, max_requests * chunks[1] + 3), draft_tokens=draft_tokens,
+                                     capacity=capacity)
         self.ring.rows.fill_(-7.0)  # poison: rows nobody stored show up
         self.cache = Step5SparseSummaryCache(poisoned_mean(len(self.tables.free), block_size, strided=True))
         self.reference = ReferenceSchedule(block_size)
@@ -71,7 +78,7 @@ class Schedule:
         self.next_id += 1
         self.ring.allocate(request)
         self.reference.add(request, [])
-        self.prompt[request] = random.randint(9, 150)
+        self.prompt[request] = random.randint(*self.prompts)
 
     def finish(self, request: int) -> None:
         self.ring.free(request)
@@ -98,7 +105,7 @@ class Schedule:
         requests = list(self.prompt)
         random.shuffle(requests)
         firsts = [self.length(r) for r in requests]
-        counts = [min(random.randint(1, 48), self.prompt[r] - self.length(r)) if r in self.prefilling() else 1
+        counts = [min(random.randint(*self.chunks), self.prompt[r] - self.length(r)) if r in self.prefilling() else 1
                   for r in requests]
         padding = random.choice([0, 3])
         tokens = sum(counts) + padding
@@ -247,6 +254,37 @@ def test_a_schedule_of_mixed_layouts_hits_the_manifest_that_declares_them(manife
     missing = missing_from(launches, keys)
     assert not missing, f"launches {manifest.name} does not enumerate:\n  " + "\n  ".join(missing)
     assert sum(map(len, keys.values())) == {VIEWS_MANIFEST: 111, VALUES_MANIFEST: 51}[manifest]
+
+
+def long_prefills(block_size: int, draft_tokens: int, capacity: int, rows: str | None) -> Schedule:
+    """A schedule whose first step prefills five requests in chunks of 64 tokens or more: at
+    least 320 tokens, which take the prefill in two launches (``step5.ops.prefill_fused``)."""
+    schedule = Schedule(block_size, draft_tokens, capacity, rows=rows, chunks=(64, 200), prompts=(300, 600))
+    for _ in range(schedule.ring.max_requests):
+        schedule.arrive()
+    return schedule
+
+
+def test_one_manifest_per_configuration_covers_the_schedule_with_long_prefills_too():
+    """The deployment of step5-values.json as its four configurations, one manifest each
+    (``tests/manifests/step5-configs/``), warmed together: the mixed schedule hits them,
+    prefills in two launches too. They give the same 51 binaries: the odd-rows configuration
+    (z unaligned, both row strides 600) spans them alone, because a one-token step passes
+    the stand-ins' row stride (256) for each (``launch_stride``)."""
+    block_size, draft_tokens, capacity = deployment(VALUES_MANIFEST)
+    long = long_prefills(block_size, draft_tokens, capacity, rows="mixed")
+    with record_launches() as launches:
+        run_schedule(Schedule(block_size, draft_tokens, capacity, rows="mixed"), steps=16)
+        long.mixed_step()  # about 8 s of the interpreter: one step only
+        long.check(0)
+    assert {"step5.prefill_update", "step5.build_prefill_groups_filled"} <= {kernel.name for kernel, _ in launches}
+    assert [path.stem for path in CONFIG_MANIFESTS] == ["fused", "odd-rows", "separate", "z-offset"]
+    keys = manifest_keys(*map(load_manifest, CONFIG_MANIFESTS))
+    missing = missing_from(launches, keys)
+    assert not missing, "launches the per-configuration manifests do not enumerate:\n  " + "\n  ".join(missing)
+    by_values = manifest_keys(load_manifest(VALUES_MANIFEST))
+    assert {name: set(found) for name, found in keys.items()} == {name: set(found) for name, found in by_values.items()}
+    assert sum(map(len, keys.values())) == 51
 
 
 @pytest.mark.compiled

@@ -229,3 +229,20 @@ def test_a_computed_field_reads_the_arguments_it_names():
 
     kernel = scale_rows("test.declared.computed", CompileKey=CompileKey)()
     assert kernel.launch_spec(torch.randn(3, 64), torch.empty(3, 64), 0).key.width == 32
+
+
+def test_record_launches_records_a_dot_kernel_and_in_dry_run_runs_nothing():
+    """Under the interpreter a kernel calling ``tl.dot`` has a launch of its own (refusing bf16
+    dots); ``record_launches`` still records its launches, and in ``dry_run`` runs none, bf16 too."""
+    from jitkern.testing import record_launches
+
+    a = torch.randn(16, 16)
+    out = torch.full((16, 16), 7.0, dtype=torch.half)
+    with record_launches(dry_run=True) as launches:
+        _Matmul()(a.bfloat16(), a.bfloat16(), torch.empty(16, 16, dtype=torch.bfloat16))
+        _Matmul()(a.half(), a.half(), out)
+    assert [spec.kwargs["A"].dtype for _, spec in launches] == [torch.bfloat16, torch.half]
+    assert (out == 7).all(), "a dry run launched"
+    with record_launches() as launches:
+        _Matmul()(a.half(), a.half(), out)
+    assert len(launches) == 1 and not (out == 7).all()

@@ -113,3 +113,26 @@ def test_the_guard_names_a_value_outside_the_declared_domain(tmp_path, dry_run_g
             axpy(x[:1000], x[:1000], 0.5)
     finally:
         guard.set_mode("off")
+
+
+def test_a_one_row_launch_of_a_stride_declared_by_values_finds_its_binary(tmp_path):
+    """A dimension of size 1 passes its kernel's usual stride (``launch_stride``), whatever the
+    tensor's own: a batch of one token whose row is a slice of a 40-wide projection, in a
+    deployment declared ``"a.0": [40]``, still finds a warmed binary."""
+    from jitkern.examples.grouped_gemm import grouped_gemm
+    from jitkern.manifest import manifest_keys
+    from jitkern.testing import missing_from, record_launches
+
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({
+        "format_version": 1, "name": "gemm", "targets": ["cuda:90"], "modules": ["jitkern.examples.grouped_gemm"],
+        "layout": {"values": {"a.0": [40]}},
+        "kernels": [{"kernel": "jitkern.example.grouped_gemm",
+                     "config": {"n": 64, "k": 32, "top_k": 2, "experts": 4, "max_tokens": 2}}]}))
+    keys = manifest_keys(load_manifest(path))
+    b = torch.randn(4, 64, 32, dtype=torch.bfloat16)
+    for tokens in (2, 1):
+        a = torch.randn(tokens, 40, dtype=torch.bfloat16)[:, :32]
+        with record_launches(dry_run=True) as launches:
+            grouped_gemm(a, b, torch.tensor([[0, 1]] * tokens))
+        assert missing_from(launches, keys) == [], f"{tokens} token(s)"
