@@ -135,12 +135,15 @@ STEPS_PER_GRAPH = 10
 
 def decode_step(device: str = "cuda", packages: tuple[str, ...] = PACKAGES):
     """One decode step at batch 64 of the packages named (Step5 summaries; DeepSeek V4 store
-    and compressor at ratio 4), as a callable to capture in a graph. The caches it writes
-    are static addresses, as an engine's are (``torch.compile``'s CUDA graphs need them so)."""
+    and compressor at ratio 4), as a callable to capture in a graph. Every tensor it takes
+    is a static address, as an engine's graph buffers are: ``torch.compile``'s CUDA graphs
+    need the caches it writes so, and copy any other input into a buffer of their own at
+    each replay."""
     step5_args = step5_decode(device)
     store, compress = dsv4_decode(device)
-    for tensor in (*step5_args[5:7], store[4], compress[4]):
-        torch._dynamo.mark_static_address(tensor)
+    for tensor in (*step5_args, *store, *compress):
+        if isinstance(tensor, torch.Tensor):
+            torch._dynamo.mark_static_address(tensor)
 
     def step() -> None:
         if "step5" in packages:
