@@ -23,6 +23,9 @@ if MODE not in ("interpret", "compiled", "gpu"):
     raise ValueError(f"JITKERN_TEST_MODE={MODE!r}: expected interpret, compiled or gpu")
 COMPILED_MODE = MODE == "compiled"
 os.environ["TRITON_INTERPRET"] = "1" if MODE == "interpret" else "0"
+# One torch thread a process (and every process a test starts): the modes run side by side
+# on a few cores, and idle intra-op threads spinning for work only take cores from them.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
@@ -86,6 +89,19 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session):
     for module in _compiled_mode_runs:
         module.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pairwise_reductions():
+    """The interpreter's ``tl.reduce`` with a kernel's combine function over whole blocks
+    (``jitkern.testing.pairwise_reductions``): element by element, it is most of a Step5 test."""
+    if MODE != "interpret":
+        yield
+        return
+    from jitkern.testing import pairwise_reductions
+
+    with pairwise_reductions():
+        yield
 
 
 @pytest.fixture(autouse=True)

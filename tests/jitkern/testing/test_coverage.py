@@ -4,6 +4,7 @@ shipped configs, all hit a binary that warming the domain builds (Triton's looku
 compile-only for cuda:90)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -129,5 +130,12 @@ def test_a_dimension_of_size_1_is_drawn_with_any_stride_where_the_usual_layout_i
     assert check_coverage(kernel, config, max_examples=60) > 0
     as_it_is = lambda tensor, dim, usual=None: tensor.stride(dim) if usual else launch_stride(tensor, dim)  # noqa: E731
     monkeypatch.setattr(store_module, "launch_stride", as_it_is)
-    with pytest.raises(AssertionError, match=r"(kv|score)\.stride\(0\): (equal to 1|i32 not a multiple of 16)"):
-        check_coverage(kernel, config, max_examples=300)
+    misses = []
+    for _ in range(4):  # fresh draws each time: a run of 300 may draw no one-token row with such a stride
+        try:
+            check_coverage(kernel, config, max_examples=300)
+        except AssertionError as error:
+            misses.append(str(error))
+            break
+    assert misses, "the checker drew no one-token kv or score row with a stride the launcher passes as it is"
+    assert re.search(r"(kv|score)\.stride\(0\): (equal to 1|i32 not a multiple of 16)", misses[0]), misses[0]

@@ -1,0 +1,94 @@
+"""Triton's CPU interpreter reduces a block with a ``tl.reduce`` combine function of the
+kernel's own one element at a time, calling the function in Python for each element
+(``ReduceOps.generic_reduce``, Triton 3.6): a 512-wide reduce is 511 calls, and a Step5
+test spends most of its time there. ``pairwise_reductions()`` combines the block's even
+and odd elements at once instead, halving it until one is left: the combine function runs
+on whole blocks, about log2(n) times.
+
+The order differs from the interpreter's left-to-right one but keeps each operand's
+position (element 2i is always the left operand of 2i + 1), so only the associativity
+``tl.reduce`` asks of its combine function is used; a compiled kernel combines in a tree
+too. A combine function that branches (``if``, ``while``, ``for``, ``and``/``or``: on a
+block, Python would take one branch for every element), or any function it calls, takes
+the interpreter's own loop, as does one that fails on blocks.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import textwrap
+from collections.abc import Iterator
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def pairwise_reductions() -> Iterator[None]:
+    """Within the block, Triton's interpreter reduces with a kernel's combine function
+    pairwise over whole blocks (see the module's docstring)."""
+    from triton.runtime.interpreter import ReduceOps
+
+    one_by_one = ReduceOps.generic_reduce
+
+    def pairwise(self, inputs):
+        if not _branch_free(self.combine_fn.fn):
+            return one_by_one(self, inputs)
+        try:
+            return _reduce_pairwise(self, inputs)
+        except Exception:  # a combine function that needs scalars otherwise: the interpreter's own loop
+            return one_by_one(self, inputs)
+
+    ReduceOps.generic_reduce = pairwise
+    try:
+        yield
+    finally:
+        ReduceOps.generic_reduce = one_by_one
+
+
+def _reduce_pairwise(ops, inputs) -> list:
+    arrays = [tensor.handle.data for tensor in inputs]
+    axis = ops.axis
+    if axis is None:
+        arrays, axis = [array.reshape(-1) for array in arrays], 0
+    arrays = [np.moveaxis(array, axis, 0) for array in arrays]
+    while arrays[0].shape[0] > 1:  # block lengths are powers of 2: the halves are whole
+        left = [ops.to_tensor(array[0::2], tensor.dtype) for array, tensor in zip(arrays, inputs)]
+        right = [ops.to_tensor(array[1::2], tensor.dtype) for array, tensor in zip(arrays, inputs)]
+        combined = ops.combine_fn.fn(*left, *right)
+        combined = combined if isinstance(combined, tuple) else (combined,)
+        arrays = [np.broadcast_to(np.asarray(_data(value), dtype=array.dtype), array[0::2].shape)
+                  for value, array in zip(combined, arrays)]
+    reduced = [array[0] for array in arrays]
+    if ops.keep_dims:
+        if ops.axis is None:
+            reduced = [np.reshape(value, (1,) * tensor.handle.data.ndim) for value, tensor in zip(reduced, inputs)]
+        else:
+            reduced = [np.expand_dims(value, ops.axis) for value in reduced]
+    elif ops.axis is None:
+        reduced = [value.item() for value in reduced]
+    return [ops.to_tensor(value, tensor.dtype) for value, tensor in zip(reduced, inputs)]
+
+
+def _data(value):
+    return value.handle.data if hasattr(value, "handle") else value
+
+
+BRANCHES = (ast.If, ast.IfExp, ast.While, ast.For, ast.BoolOp, ast.Match, ast.Try)
+
+
+@functools.lru_cache(maxsize=None)
+def _branch_free(function) -> bool:
+    """Whether ``function`` and the ``@triton.jit`` functions it calls by a global name hold
+    no Python control flow."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    if any(isinstance(node, BRANCHES) for node in ast.walk(tree)):
+        return False
+    callees = (function.__globals__.get(name) for name in function.__code__.co_names)
+    return all(_branch_free(callee.fn) for callee in callees
+               if callable(getattr(callee, "fn", None)) and not getattr(callee, "__module__", "").startswith("triton"))
