@@ -92,15 +92,15 @@ def pytest_sessionfinish(session):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _pairwise_reductions():
-    """The interpreter's ``tl.reduce`` with a kernel's combine function over whole blocks
-    (``jitkern.testing.pairwise_reductions``): element by element, it is most of a Step5 test."""
+def _quick_interpreter():
+    """Triton's interpreter without two repeated costs that were most of a Step5 test and a
+    third of a DeepSeek V4 one (``jitkern.testing.quick_interpreter``)."""
     if MODE != "interpret":
         yield
         return
-    from jitkern.testing import pairwise_reductions
+    from jitkern.testing import quick_interpreter
 
-    with pairwise_reductions():
+    with quick_interpreter():
         yield
 
 

@@ -13,8 +13,9 @@
   nothing (for testing hooks and launch paths in CI).
 - ``check_op()``: torch's ``opcheck`` of the op a public function's call takes;
   ``op_call()``, that op and its arguments (``jitkern.testing.ops``).
-- ``pairwise_reductions()``: Triton's interpreter reduces with a kernel's combine function
-  over whole blocks, not element by element (``jitkern.testing.reductions``).
+- ``quick_interpreter()``: Triton's interpreter without two of its repeated costs: a
+  kernel's ``tl.reduce`` combines whole blocks, not element by element, and the language's
+  builtins are listed once (``jitkern.testing.interpreter``).
 
 The pytest fixture ``assert_no_compile`` lives in the plugin package ``jitkern_pytest``.
 """
@@ -33,10 +34,10 @@ from jitkern.layouts.binary_key import BinaryKey
 from jitkern.testing.coverage import check_coverage
 from jitkern.testing.dry_run import DryRunDriver, dry_run_gpu
 from jitkern.testing.ops import OPCHECK_TESTS, check_op, op_call
-from jitkern.testing.reductions import pairwise_reductions
+from jitkern.testing.interpreter import quick_interpreter
 
 __all__ = ["OPCHECK_TESTS", "DryRunDriver", "UnexpectedCompile", "assert_no_compile", "check_coverage", "check_op",
-           "dry_run_gpu", "missing_from", "op_call", "pairwise_reductions", "record_launches", "triton_lookup_key",
+           "dry_run_gpu", "missing_from", "op_call", "quick_interpreter", "record_launches", "triton_lookup_key",
            "uncovered_by_warmup"]
 
 

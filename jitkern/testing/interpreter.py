@@ -1,16 +1,20 @@
-"""Triton's CPU interpreter reduces a block with a ``tl.reduce`` combine function of the
-kernel's own one element at a time, calling the function in Python for each element
-(``ReduceOps.generic_reduce``, Triton 3.6): a 512-wide reduce is 511 calls, and a Step5
-test spends most of its time there. ``pairwise_reductions()`` combines the block's even
-and odd elements at once instead, halving it until one is left: the combine function runs
-on whole blocks, about log2(n) times.
+"""Triton's CPU interpreter, quicker where it repeats work for nothing (Triton 3.6):
 
-The order differs from the interpreter's left-to-right one but keeps each operand's
-position (element 2i is always the left operand of 2i + 1), so only the associativity
-``tl.reduce`` asks of its combine function is used; a compiled kernel combines in a tree
-too. A combine function that branches (``if``, ``while``, ``for``, ``and``/``or``: on a
-block, Python would take one branch for every element), or any function it calls, takes
-the interpreter's own loop, as does one that fails on blocks.
+- It reduces a block with a ``tl.reduce`` combine function of the kernel's own one element
+  at a time, calling the function in Python for each element (``ReduceOps.generic_reduce``):
+  a 512-wide reduce is 511 calls, and a Step5 test spent most of its time there. Here the
+  block's even and odd elements are combined at once instead, halving it until one is
+  left: the combine function runs on whole blocks, about log2(n) times. The order differs
+  from the interpreter's left-to-right one but keeps each operand's position (element 2i
+  is always the left operand of 2i + 1), so only the associativity ``tl.reduce`` asks of
+  its combine function is used; a compiled kernel combines in a tree too. A combine
+  function that branches (``if``, ``while``, ``for``, ``and``/``or``: on a block, Python
+  would take one branch for every element), or any function it calls, takes the
+  interpreter's own loop, as does one that fails on blocks.
+- At each call of a ``@triton.jit`` function from a kernel it patches the builtins of
+  ``triton.language`` again, listing every member of each module with
+  ``inspect.getmembers`` to find them (a third of a DeepSeek V4 test). Here each module's
+  builtins are listed once; each is still patched as the interpreter patches it.
 """
 
 from __future__ import annotations
@@ -23,15 +27,17 @@ import textwrap
 from collections.abc import Iterator
 
 import numpy as np
+import triton.language as triton_language
 
 
 @contextlib.contextmanager
-def pairwise_reductions() -> Iterator[None]:
+def quick_interpreter() -> Iterator[None]:
     """Within the block, Triton's interpreter reduces with a kernel's combine function
-    pairwise over whole blocks (see the module's docstring)."""
+    pairwise over whole blocks and lists each module's builtins once (see the module)."""
+    from triton.runtime import interpreter
     from triton.runtime.interpreter import ReduceOps
 
-    one_by_one = ReduceOps.generic_reduce
+    one_by_one, patch_builtins = ReduceOps.generic_reduce, interpreter._patch_builtin
 
     def pairwise(self, inputs):
         if not _branch_free(self.combine_fn.fn):
@@ -41,11 +47,32 @@ def pairwise_reductions() -> Iterator[None]:
         except Exception:  # a combine function that needs scalars otherwise: the interpreter's own loop
             return one_by_one(self, inputs)
 
-    ReduceOps.generic_reduce = pairwise
+    def patch_listed_builtins(module, builder, scope):
+        for name in _builtin_names(module):
+            member = getattr(module, name)
+            if triton_language.core.is_builtin(member):  # not yet patched: as the interpreter would
+                interpreter._patch_attr(module, name, member, builder, scope)
+
+    language = triton_language
+    for module in (language, language.core, language.tensor, language.math, language.core.tensor_descriptor_base):
+        _builtin_names(module)  # listed now, before a launch patches them
+    ReduceOps.generic_reduce, interpreter._patch_builtin = pairwise, patch_listed_builtins
     try:
         yield
     finally:
-        ReduceOps.generic_reduce = one_by_one
+        ReduceOps.generic_reduce, interpreter._patch_builtin = one_by_one, patch_builtins
+
+
+_builtin_names_of: dict[int, tuple[str, ...]] = {}
+
+
+def _builtin_names(module) -> tuple[str, ...]:
+    """The names of ``module``'s (a ``triton.language`` module or class) builtins, listed once."""
+    names = _builtin_names_of.get(id(module))
+    if names is None:
+        names = tuple(name for name, member in inspect.getmembers(module) if triton_language.core.is_builtin(member))
+        _builtin_names_of[id(module)] = names
+    return names
 
 
 def _reduce_pairwise(ops, inputs) -> list:

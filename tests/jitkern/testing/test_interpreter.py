@@ -1,7 +1,8 @@
-"""``pairwise_reductions()``: Triton's interpreter reducing with a kernel's combine function
+"""``quick_interpreter()``: Triton's interpreter reducing with a kernel's combine function
 over whole blocks gives what the reduction means, for tuples of operands (a commutative
 and a non-commutative combine), each axis, ``keep_dims``, a whole block, and a combine
-function that needs scalars (which takes the interpreter's own loop)."""
+function that needs scalars (which takes the interpreter's own loop); with the builtins
+listed once, nested ``@triton.jit`` calls run and the language is whole after a launch."""
 
 import os
 
@@ -10,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern.testing import pairwise_reductions
+from jitkern.testing import quick_interpreter
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="tests Triton's interpreter")
 
@@ -86,10 +87,14 @@ def test_a_combine_that_needs_scalars_takes_the_interpreters_loop():
     assert out.item() == x.max().item()
 
 
-def test_the_interpreters_loop_is_back_after_the_block():
-    from triton.runtime.interpreter import ReduceOps
+def test_the_language_is_whole_after_a_launch_and_the_interpreter_after_the_block():
+    from triton.runtime import interpreter
 
-    before = ReduceOps.generic_reduce
-    with pairwise_reductions():
-        assert ReduceOps.generic_reduce is not before
-    assert ReduceOps.generic_reduce is before
+    before = interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin
+    with quick_interpreter():
+        assert (interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin) != before
+        x, out = torch.randn(8), torch.full((1,), 7.5)
+        reduce_by_branch[(1,)](x, out, 8)  # a nested @triton.jit call: patches the builtins again
+        assert out.item() == x.max().item()
+        assert all(tl.core.is_builtin(member) for member in (tl.maximum, tl.core.maximum, tl.tensor.__add__, tl.math.exp))
+    assert (interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin) == before
