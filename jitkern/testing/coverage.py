@@ -98,7 +98,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
     ``warmed`` builds, e.g. a manifest's). Compiles nothing: a binary warmup builds is
     named by the key Triton's binder gives its stand-ins. Returns how many launches
     were checked."""
-    from hypothesis import HealthCheck, assume, given, reject, settings
+    from hypothesis import HealthCheck, Phase, assume, given, reject, settings
     from hypothesis import strategies as st
 
     layout = layout if isinstance(layout, LayoutDomain) else _domain(layout)
@@ -109,8 +109,10 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
         lookup_keys = {_warmed_lookup_key(kernel, binary) for binary in binaries}
         plans = [(key, _plan(kernel, key, layout)) for key in semantic]
 
+        # No explain phase: the miss names its argument and value already, and explaining
+        # re-runs the shrunk launch hundreds of times (most of a failing check's time).
         @settings(max_examples=max_examples, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
+                  suppress_health_check=list(HealthCheck), phases=set(Phase) - {Phase.explain})
         @given(st.data())
         def a_drawn_launch_hits_a_warmed_binary(data):
             key, plan = data.draw(st.sampled_from(plans), label="key")
