@@ -31,14 +31,14 @@ from jitkern.kernel.base import TritonJitKernel
 from jitkern.launch.spec import LaunchSpec
 from jitkern.layouts import specialisation
 from jitkern.layouts.binary_key import BinaryKey
-from jitkern.testing.coverage import check_coverage
+from jitkern.testing.coverage import check_coverage, warmed_lookup_key
 from jitkern.testing.dry_run import DryRunDriver, dry_run_gpu
 from jitkern.testing.ops import OPCHECK_TESTS, check_op, op_call
 from jitkern.testing.interpreter import quick_interpreter
 
 __all__ = ["OPCHECK_TESTS", "DryRunDriver", "UnexpectedCompile", "assert_no_compile", "check_coverage", "check_op",
            "dry_run_gpu", "missing_from", "op_call", "quick_interpreter", "record_launches", "triton_lookup_key",
-           "uncovered_by_warmup"]
+           "uncovered_by_warmup", "warmed_lookup_key"]
 
 
 class UnexpectedCompile(AssertionError):
@@ -134,24 +134,18 @@ def triton_lookup_key(kernel: TritonJitKernel, spec: LaunchSpec) -> str:
 
 
 def uncovered_by_warmup(launches, keys_by_kernel: dict[str, list[BinaryKey]]) -> list[str]:
-    """Launches whose Triton binary is not among those that warming the keys built, each
+    """Launches whose Triton binary is not among those that warming the keys builds, each
     with the argument that differs from the warmed binaries of its compile key.
 
-    Compiles every key of each launched kernel (use under ``compile_only(target)``),
-    then asks Triton which binary each recorded launch would look up.
+    Compiles nothing: names each warmed binary by the key Triton's binder gives its stand-ins
+    (``warmed_lookup_key``), as a compile files it, and asks Triton which binary each
+    recorded launch would look up (use under ``compile_only(target)`` or ``dry_run_gpu()``).
     """
-    from triton.runtime.driver import driver
-
     uncovered = []
     warmed: dict[str, set[str]] = {}
     for kernel, spec in launches:
         if kernel.name not in warmed:
-            device = driver.active.get_current_device()
-            jit_function = kernel.kernel
-            jit_function.device_caches.pop(device, None)  # only what warmup builds below
-            for key in keys_by_kernel.get(kernel.name, ()):
-                kernel.compile(key)
-            warmed[kernel.name] = set(jit_function.device_caches[device][0])
+            warmed[kernel.name] = {warmed_lookup_key(kernel, key) for key in keys_by_kernel.get(kernel.name, ())}
         lookup_key = triton_lookup_key(kernel, spec)
         if lookup_key not in warmed[kernel.name]:
             miss = _describe_miss(kernel, kernel.layouts.binary_key(spec), keys_by_kernel.get(kernel.name, ()))

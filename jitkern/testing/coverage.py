@@ -106,7 +106,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
     binaries = kernel.layouts.binary_keys(semantic, layout) if warmed is None else list(warmed)
     checked = []
     with compile_only(parse_target(target)):
-        lookup_keys = {_warmed_lookup_key(kernel, binary) for binary in binaries}
+        lookup_keys = {warmed_lookup_key(kernel, binary) for binary in binaries}
         plans = [(key, _plan(kernel, key, layout)) for key in semantic]
 
         # No explain phase: the miss names its argument and value already, and explaining
@@ -142,8 +142,10 @@ def _domain(document: dict) -> LayoutDomain:
                         values={name: domain_of(value) for name, value in document.get("values", {}).items()})
 
 
-def _warmed_lookup_key(kernel: TritonJitKernel, binary: BinaryKey) -> str:
-    """The key under which Triton files the binary ``kernel.compile(binary)`` builds."""
+def warmed_lookup_key(kernel: TritonJitKernel, binary: BinaryKey) -> str:
+    """The key under which Triton files the binary ``kernel.compile(binary)`` builds, named
+    without compiling: the key Triton's binder gives the binary's stand-ins (within
+    ``dry_run_gpu()`` or ``compile_only(target)`` on a machine with no GPU)."""
     spec = LaunchSpec((1,), kernel.layouts.stand_in_kwargs(binary), binary.key)
     return triton_lookup_key(kernel.kernel, kernel.triton_kwargs(spec))
 
