@@ -37,4 +37,7 @@ fi
 pip install -q --no-deps "triton==3.6.0" 2>&1 | grep -v "dependency resolver\|requires triton" || true
 pip install -q "numpy<2.4" "pydantic>=2.6,<3" "tqdm>=4.66" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "redis>=5" "ruff>=0.6"
 pip install -q --no-deps -e .
-.venv/bin/python -c 'import sys, torch, triton; print(f"install.sh: Python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}", file=sys.stderr)'
+# Byte-compiles what a process imports (even where PYTHONDONTWRITEBYTECODE is set): every
+# process the tests start imports torch, which from source takes twice as long.
+env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -c 'import sys, torch, torch._dynamo, triton, jitkern.warmup, step5, deepseek_v4, pytest, hypothesis
+print(f"install.sh: Python {sys.version.split()[0]}, torch {torch.__version__}, triton {triton.__version__}", file=sys.stderr)'

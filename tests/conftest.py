@@ -14,6 +14,7 @@
 
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,10 @@ if MODE not in ("interpret", "compiled", "gpu"):
     raise ValueError(f"JITKERN_TEST_MODE={MODE!r}: expected interpret, compiled or gpu")
 COMPILED_MODE = MODE == "compiled"
 os.environ["TRITON_INTERPRET"] = "1" if MODE == "interpret" else "0"
-# One torch thread a process (and every process a test starts): the modes run side by side
-# on a few cores, and idle intra-op threads spinning for work only take cores from them.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Bytecode written, whatever the environment says: the tests start many Python processes,
+# and each would compile the sources of torch and of jitkern again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import torch  # noqa: E402
 
