@@ -1,4 +1,5 @@
-"""Running ``python -m jitkern.warmup`` from tests, and reading what it left behind."""
+"""Running ``python -m jitkern.warmup`` from tests, reading what it left behind, and compiling a
+key as warmup does."""
 
 import contextlib
 import dataclasses
@@ -109,3 +110,17 @@ def cache_entries(cache_dir: Path) -> list[Path]:
 
 def launchers(folder: Path) -> list[Path]:
     return list(folder.glob("**/__triton_launcher*.so"))
+
+
+def compile_as_named(kernel, binary):
+    """Compile ``binary`` (under ``compile_only(target)``) and check that Triton filed it
+    under the key ``warmed_lookup_key`` names without compiling, which ``uncovered_by_warmup``
+    and the coverage checker rely on. Returns the compiled kernel."""
+    from triton.runtime.driver import driver
+
+    from jitkern.testing import warmed_lookup_key
+
+    compiled = kernel.compile(binary)
+    filed = kernel.kernel.device_caches[driver.active.get_current_device()][0]
+    assert warmed_lookup_key(kernel, binary) in filed, kernel.describe(binary)
+    return compiled

@@ -8,17 +8,21 @@ from typing import Any, Callable
 import torch
 
 
+def jit_callees(function: Any) -> list[Any]:
+    """The Python functions of the ``@triton.jit`` functions ``function`` calls by a global
+    name (Triton's own left out)."""
+    callees = (function.__globals__.get(name) for name in function.__code__.co_names)
+    return [callee.fn for callee in callees
+            if callable(getattr(callee, "fn", None)) and not getattr(callee, "__module__", "").startswith("triton")]
+
+
 def calls_dot(function: Any, seen: set | None = None) -> bool:
     """Whether ``function`` or a ``@triton.jit`` function it calls (by a global name) calls ``dot``."""
     seen = seen if seen is not None else set()
     seen.add(function)
-    code = function.__code__
-    if "dot" in code.co_names:
+    if "dot" in function.__code__.co_names:
         return True
-    callees = (function.__globals__.get(name) for name in code.co_names)
-    return any(calls_dot(callee.fn, seen) for callee in callees
-               if hasattr(callee, "fn") and callable(callee.fn) and callee.fn not in seen
-               and not getattr(callee, "__module__", "").startswith("triton"))
+    return any(calls_dot(callee, seen) for callee in jit_callees(function) if callee not in seen)
 
 
 def refusing_bf16_dots(launch: Callable[..., Any]) -> Callable[..., Any]:

@@ -29,6 +29,8 @@ from collections.abc import Iterator
 import numpy as np
 import triton.language as triton_language
 
+from jitkern.kernel.interpreter import jit_callees
+
 
 @contextlib.contextmanager
 def quick_interpreter() -> Iterator[None]:
@@ -53,8 +55,8 @@ def quick_interpreter() -> Iterator[None]:
             if triton_language.core.is_builtin(member):  # not yet patched: as the interpreter would
                 interpreter._patch_attr(module, name, member, builder, scope)
 
-    language = triton_language
-    for module in (language, language.core, language.tensor, language.math, language.core.tensor_descriptor_base):
+    for module in (triton_language, triton_language.core, triton_language.tensor, triton_language.math,
+                   triton_language.core.tensor_descriptor_base):
         _builtin_names(module)  # listed now, before a launch patches them
     ReduceOps.generic_reduce, interpreter._patch_builtin = pairwise, patch_listed_builtins
     try:
@@ -63,16 +65,10 @@ def quick_interpreter() -> Iterator[None]:
         ReduceOps.generic_reduce, interpreter._patch_builtin = one_by_one, patch_builtins
 
 
-_builtin_names_of: dict[int, tuple[str, ...]] = {}
-
-
+@functools.cache
 def _builtin_names(module) -> tuple[str, ...]:
     """The names of ``module``'s (a ``triton.language`` module or class) builtins, listed once."""
-    names = _builtin_names_of.get(id(module))
-    if names is None:
-        names = tuple(name for name, member in inspect.getmembers(module) if triton_language.core.is_builtin(member))
-        _builtin_names_of[id(module)] = names
-    return names
+    return tuple(name for name, member in inspect.getmembers(module) if triton_language.core.is_builtin(member))
 
 
 def _reduce_pairwise(ops, inputs) -> list:
@@ -106,7 +102,7 @@ def _data(value):
 BRANCHES = (ast.If, ast.IfExp, ast.While, ast.For, ast.BoolOp, ast.Match, ast.Try)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _branch_free(function) -> bool:
     """Whether ``function`` and the ``@triton.jit`` functions it calls by a global name hold
     no Python control flow."""
@@ -116,6 +112,4 @@ def _branch_free(function) -> bool:
         return False
     if any(isinstance(node, BRANCHES) for node in ast.walk(tree)):
         return False
-    callees = (function.__globals__.get(name) for name in function.__code__.co_names)
-    return all(_branch_free(callee.fn) for callee in callees
-               if callable(getattr(callee, "fn", None)) and not getattr(callee, "__module__", "").startswith("triton"))
+    return all(_branch_free(callee) for callee in jit_callees(function))

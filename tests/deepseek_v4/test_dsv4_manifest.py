@@ -50,10 +50,9 @@ def test_every_manifest_key_round_trips_through_its_warmup_inputs():
 def test_manifest_compiles_for_cuda90_without_a_gpu(triton_cache):
     """Every key compiles, filed under the key ``warmed_lookup_key`` names without compiling
     (which ``uncovered_by_warmup`` and the coverage checker rely on)."""
-    from triton.runtime.driver import driver
+    from warmup_testing import compile_as_named
 
     from jitkern.targets import compile_only, parse_target
-    from jitkern.testing import warmed_lookup_key
 
     started = time.perf_counter()
     compiled = 0
@@ -61,11 +60,9 @@ def test_manifest_compiles_for_cuda90_without_a_gpu(triton_cache):
         for name, keys in manifest_keys().items():
             kernel = get_kernel(name)
             for key in keys:
-                binary = kernel.compile(key)
+                binary = compile_as_named(kernel, key)
                 assert binary.metadata.num_warps == key.key.num_warps
                 assert binary.metadata.launch_pdl == key.key.launch_pdl
-                filed = kernel.kernel.device_caches[driver.active.get_current_device()][0]
-                assert warmed_lookup_key(kernel, key) in filed, kernel.describe(key)
                 compiled += 1
     print(f"compiled {compiled} deepseek_v4 keys for cuda:90 in {time.perf_counter() - started:.1f}s")
 

@@ -218,22 +218,19 @@ def test_manifest_compiles_and_covers_the_schedule_launches(manifest, target, tr
     """Compile every key for the target with no GPU, each filed under the key that
     ``warmed_lookup_key`` names without compiling; then, launching nothing, record a few
     steps of each kind and check each launch looks up a binary that warmup built."""
-    from triton.runtime.driver import driver
+    from warmup_testing import compile_as_named
 
     from jitkern.kernel.registry import get_kernel
     from jitkern.targets import compile_only, parse_target
-    from jitkern.testing import uncovered_by_warmup, warmed_lookup_key
+    from jitkern.testing import uncovered_by_warmup
 
     block_size, draft_tokens, capacity = deployment(manifest)
     launches = a_few_steps_of_each_kind(Schedule(block_size, draft_tokens, capacity))
     keys = manifest_keys(load_manifest(manifest))
     with compile_only(parse_target(target)):
         for name, binaries in keys.items():
-            kernel = get_kernel(name)
             for binary in binaries:
-                kernel.compile(binary)
-                filed = kernel.kernel.device_caches[driver.active.get_current_device()][0]
-                assert warmed_lookup_key(kernel, binary) in filed, kernel.describe(binary)
+                compile_as_named(get_kernel(name), binary)
         uncovered = uncovered_by_warmup(launches, keys)
     assert not uncovered, "launches no warmed binary serves:\n  " + "\n  ".join(uncovered)
 
