@@ -1,8 +1,9 @@
 """Layout domains: which layouts a deployment passes, and every binary they need.
 
 A deployment declares its layout domain in terms of the kernel's tensors
-(``LayoutDomain``): which may start at any element offset (``unaligned``) and whose strides
-vary (``strided``). ``argument_domains`` gives each runtime argument's possible
+(``LayoutDomain``): which may start at any element offset (``unaligned``), whose strides
+vary (``strided``), and the values strides, integers and start offsets take (``values``).
+``argument_domains`` gives each runtime argument's possible
 specialisations inside a domain, ``enumerate_layouts`` every layout they combine to.
 """
 
@@ -36,8 +37,9 @@ class LayoutDomain:
     unaligned: frozenset[str] = frozenset()
     strided: frozenset[str] = frozenset()
     values: dict[str, ValueDomain] = field(default_factory=dict)
-    """Integers whose values a deployment names: a stride (``"z.0"``) or a runtime integer
-    argument of the kernel (``"n_tokens"``), each a ``ValueDomain``."""
+    """Integers whose values a deployment names: a stride (``"z.0"``), a runtime integer
+    argument of the kernel (``"n_tokens"``), or where a tensor starts (``"z"``: bytes past
+    a 16-byte boundary, 0 to 15), each a ``ValueDomain``."""
 
     def allows_unaligned(self, tensor: str) -> bool:
         return tensor in self.unaligned
@@ -47,6 +49,10 @@ class LayoutDomain:
 
     def stride_values(self, tensor: str, dim: int) -> ValueDomain | None:
         return self.values.get(f"{tensor}.{dim}")
+
+    def offsets(self, tensor: str) -> ValueDomain | None:
+        """The byte offsets past a 16-byte boundary at which ``tensor`` starts, where declared."""
+        return self.values.get(tensor)
 
 
 def name_stand_ins(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +96,9 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
     ``kwargs`` (``base`` is Triton's specialisation of them); ``kernel`` is the
     ``TritonJitKernel`` (its ``kernel``, ``large_ints`` and ``pinned_by_key``).
 
-    A tensor's address: aligned, or also not where ``layout.unaligned`` says (unless Triton is told
-    not to specialise it: ``do_not_specialize`` or ``..._on_alignment``). A stride of
+    A tensor's address: aligned, or also not where ``layout.unaligned`` says, or as the
+    offsets ``layout.values`` declares for it start (unless Triton is told not to
+    specialise it: ``do_not_specialize`` or ``..._on_alignment``). A stride of
     a tensor ``layout.strided`` names, or one that varies with the tensor's sizes (see
     ``TritonWarmupTensor.varying``): any integer; else as its stand-in. Any other integer
     (a size, a value ``__call__`` computes): any integer, unless the kernel lists it in
@@ -108,11 +115,19 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
         text, value = base[param.name], kwargs[param.name]
         if text.startswith("*"):
             tensor = found.tensors.get(param.name)
-            movable = (tensor is not None and layout.allows_unaligned(tensor)
+            offsets = layout.offsets(tensor) if tensor is not None else None
+            movable = (tensor is not None and (layout.allows_unaligned(tensor) or offsets is not None)
                        and not (param.do_not_specialize or param.do_not_specialize_on_alignment))
             unaligned = text.replace("/16", "")
             aligned = unaligned.replace(LARGE, "/16" + LARGE) if unaligned.endswith(LARGE) else unaligned + "/16"
-            domains[param.name] = (aligned, unaligned) if movable else (text,)
+            if not movable:
+                domains[param.name] = (text,)
+            elif offsets is not None:  # 16-byte aligned where an offset is a multiple of 16
+                starts = {offset % 16 == 0 for offset in offsets.witnesses(False)}
+                domains[param.name] = tuple(text for text, is_aligned in ((aligned, True), (unaligned, False))
+                                            if is_aligned in starts)
+            else:
+                domains[param.name] = (aligned, unaligned)
         elif isinstance(value, bool) or not isinstance(value, int):
             domains[param.name] = (text,)
         elif param.name in found.strides:

@@ -97,12 +97,15 @@ class KernelLayouts:
     def seen(self, binary: BinaryKey, spec: Any) -> dict[str, Any]:
         """What a launch (a ``LaunchSpec`` of ``binary``) passed where its layout differs from
         the key's stand-ins, as a layout domain names it: ``{"unaligned": [tensors],
-        "values": {"z.0": 608, "n_tokens": 1}}`` (what the guard records)."""
+        "values": {"z.0": 608, "n_tokens": 1, "z": 8}}`` (what the guard records; ``z``: the
+        bytes past 16 at which the unaligned tensor started)."""
         found = origins(self.stand_ins(binary.key)[0])
         unaligned, values = [], {}
         for name, text in parse_layout(binary.layout).items():
             if text.startswith("*") and name in found.tensors:
                 unaligned.append(found.tensors[name])
+                if hasattr(spec.kwargs.get(name), "data_ptr") and spec.kwargs[name].data_ptr() % 16:
+                    values[found.tensors[name]] = spec.kwargs[name].data_ptr() % 16
             elif not text.startswith("*") and isinstance(spec.kwargs.get(name), int):
                 tensor_dim = found.strides.get(name)
                 values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]
@@ -143,7 +146,9 @@ class KernelLayouts:
     def _reason(self, name: str, kwargs: dict[str, Any], domain: LayoutDomain) -> str:
         found = origins(kwargs)
         if name in found.tensors:
-            return f"{found.tensors[name]} unaligned"
+            tensor = found.tensors[name]
+            offsets = domain.offsets(tensor)
+            return f"{tensor} unaligned" if offsets is None else f"{tensor} starts {offsets.describe()} past 16"
         if name in found.strides:
             tensor, dim = found.strides[name]
             values = domain.stride_values(tensor, dim) or domain.values.get(name)
@@ -201,11 +206,17 @@ class KernelLayouts:
         self.declared = declared
 
     def outside(self, spec: Any) -> list[str]:
-        """Each stride or integer of a launch (a ``LaunchSpec``) outside every value domain
-        declared for it, in words: ``z.0: stride 608 outside the declared [600]``."""
+        """Each stride, integer or tensor start of a launch (a ``LaunchSpec``) outside every
+        value domain declared for it, in words: ``z.0: stride 608 outside the declared [600]``."""
         found = origins(self.stand_ins(spec.key)[0])
         words = []
         for argument, value in spec.kwargs.items():
+            tensor = found.tensors.get(argument)
+            if tensor in self.declared and hasattr(value, "data_ptr"):
+                offset = value.data_ptr() % 16
+                if not any(offset in domain for domain in self.declared[tensor]):
+                    words.append(f"{tensor}: starts {offset} bytes past 16, outside the declared "
+                                 f"{' or '.join(domain.describe() for domain in self.declared[tensor])}")
             if not isinstance(value, int) or isinstance(value, bool):
                 continue
             name, what = argument, "value"

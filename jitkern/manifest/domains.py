@@ -56,17 +56,19 @@ def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], 
                 raise ManifestError(f"{where}: layout.{field} lists {name!r}, which {kernel.name} cannot serve: "
                                     f"its public function requires {refusal}")
     values = _kernel_values(where, path, kernel, tensors, integers, own, shared)
-    both = sorted(set(values) & chosen["strided"])
-    if both:
-        raise ManifestError(f"{where}: layout lists {both[0]!r} both as strided (any stride) and with values: "
-                            "give one")
+    for field, meaning in (("strided", "any stride"), ("unaligned", "any start")):
+        both = sorted(set(values) & chosen[field])
+        if both:
+            raise ManifestError(f"{where}: layout lists {both[0]!r} both as {field} ({meaning}) and with values: "
+                                "give one")
     return LayoutDomain(unaligned=frozenset(chosen["unaligned"]), strided=frozenset(chosen["strided"]), values=values)
 
 
 def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int], integers: set[str],
                    own: LayoutDomainSchema, shared: LayoutDomainSchema) -> dict[str, ValueDomain]:
     """The value domains of the entry's and the manifest's layout that name the kernel's
-    strides (``z.0``) or runtime integer arguments (the entry's first), each checked: a domain no integer is in,
+    tensors (their start offsets, ``z``), strides (``z.0``) or runtime integer arguments
+    (the entry's first), each checked: a domain no integer is in,
     a stride the public function fixes, or values it refuses (beyond i32 where
     ``large_ints`` is False, a negative stride) are one error naming the field."""
     values = {}
@@ -77,12 +79,15 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
             field = f"{at}.values[{name!r}]"
             tensor, dim = _layout_name(name, "strided")
             stride = dim is not None and tensor in tensors
+            if name in tensors:
+                values[name] = _offsets(field, kernel, name, document)
+                continue
             if not stride and name not in integers:
                 if manifests:
                     continue  # another kernel's (check_shared_domain)
-                raise ManifestError(f"{field}: {kernel.name} has no stride or integer argument {name!r} (strides: "
-                                    f"TENSOR.DIM of {', '.join(sorted(tensors)) or 'none'}; integer arguments: "
-                                    f"{', '.join(sorted(integers)) or 'none'})")
+                raise ManifestError(f"{field}: {kernel.name} has no tensor, stride or integer argument {name!r} "
+                                    f"(tensors: {', '.join(sorted(tensors)) or 'none'}; strides: TENSOR.DIM of "
+                                    f"those; integer arguments: {', '.join(sorted(integers)) or 'none'})")
             if stride and dim >= tensors[tensor]:
                 raise ManifestError(f"{field}: {tensor!r} of {kernel.name} has {tensors[tensor]} dimensions, "
                                     f"no dimension {dim}")
@@ -103,6 +108,25 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
                 raise ManifestError(f"{field}: {kernel.name}'s public function refuses integers of 2**31 or more "
                                     "(its binaries keep them i32)")
     return values
+
+
+def _offsets(field: str, kernel: Any, tensor: str, document: Any) -> ValueDomain:
+    """A tensor's start offsets: bytes past a 16-byte boundary, 0 to 15, as one error naming
+    the field where they are not, or where the public function requires it aligned."""
+    try:
+        offsets = domain_of(document if isinstance(document, list) else document.model_dump())
+        witnesses = offsets.witnesses(False)
+    except EmptyDomain as error:
+        raise ManifestError(f"{field}: {error}") from None
+    low = min(offsets.values) if offsets.values else offsets.low
+    high = max(offsets.values) if offsets.values else offsets.high
+    if low is None or high is None or low < 0 or high > 15:
+        raise ManifestError(f"{field}: a tensor's values are the bytes past a 16-byte boundary at which it "
+                            f"starts, 0 to 15; got {offsets.describe()}")
+    refusal = _refusal(kernel, "unaligned", tensor)
+    if refusal and any(offset % 16 for offset in witnesses):
+        raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
+    return offsets
 
 
 def _refusal(kernel: Any, field: str, name: str) -> str:
@@ -153,9 +177,9 @@ def check_shared_domain(path: Path, shared: LayoutDomainSchema, entries: list[An
                                     f"{name!r} (tensors: {', '.join(sorted(tensors)) or 'none'})")
     for name in shared.values:
         tensor, dim = _layout_name(name, "strided")
-        if not (dim is not None and tensor in tensors) and name not in integers:
-            raise ManifestError(f"{path}: layout.values[{name!r}]: no kernel of this manifest has a stride or integer "
-                                f"argument {name!r}")
+        if tensor not in tensors and name not in integers:
+            raise ManifestError(f"{path}: layout.values[{name!r}]: no kernel of this manifest has a tensor, stride or "
+                                f"integer argument {name!r}")
 
 
 def accepted_domain(kernel: Any, key: Any) -> LayoutDomain:

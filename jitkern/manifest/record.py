@@ -58,10 +58,17 @@ def merge_domain(document_entry: dict, entry: Any, binary: Any, item: dict) -> b
     the recorded launch ``item`` of ``binary``; False when a value cannot be added (a range
     that does not hold it)."""
     layout = document_entry.setdefault("layout", {})
-    for tensor in item.get("unaligned", ()):
-        if tensor not in layout.setdefault("unaligned", []):
+    unaligned = item.get("unaligned", ())
+    tensors = entry.kernel.layouts.tensor_dims(binary.key)
+    offsets = {tensor for tensor in tensors if entry.domain.offsets(tensor) is not None}
+    for tensor in unaligned:
+        if tensor not in offsets and tensor not in layout.setdefault("unaligned", []):
             layout["unaligned"].append(tensor)
-    for name, value in item.get("values", {}).items():
+    # A tensor declared by its start offsets widens by the recorded one (0: it started aligned).
+    seen = {**{tensor: 0 for tensor in offsets if tensor not in unaligned}, **item.get("values", {})}
+    for name, value in seen.items():
+        if name in tensors and name not in offsets:
+            continue  # an unaligned start where "unaligned" (any) is declared or was added above
         if entry.kernel.layouts.takes_every_class(binary.key, name, entry.domain):
             continue  # "any" already: a value would narrow it
         declared = entry.domain.values.get(name)  # the entry's own, else the manifest's

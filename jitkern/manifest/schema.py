@@ -57,8 +57,9 @@ class LayoutDomainSchema(BaseModel):
     )
     values: dict[str, list[int] | ValueRangeSchema] = Field(
         default_factory=dict,
-        description="the values a stride ('z.0') or a runtime integer argument of a kernel ('n_tokens') takes: "
-                    "a list, or a range {'min', 'max', 'multiple_of'}; only their classes are warmed",
+        description="the values a stride ('z.0'), a runtime integer argument of a kernel ('n_tokens') or a "
+                    "tensor's start ('z': bytes past a 16-byte boundary, 0 to 15) takes: a list, or a range "
+                    "{'min', 'max', 'multiple_of'}; only their classes are warmed",
     )
 
 

@@ -10,8 +10,9 @@ reads a tensor's dtype and address and nothing else, so stand-ins reach every ad
 stride and size (2**31 elements too) with no memory behind them. For every key of the
 config, each tensor of the key's stand-ins is drawn on its own:
 
-- its address at any element offset where the layout lists it as ``unaligned``, else
-  at any multiple of 16 bytes;
+- its address at any element offset where the layout lists it as ``unaligned``, at one
+  of its declared start offsets past a multiple of 16 bytes where the layout gives its
+  ``values`` (``"z": [8]``), else at any multiple of 16 bytes;
 - its strides, where the layout lists them as ``strided``, from 0, 1, 15, 16, 17, odd,
   even and up to 2**31 - 1 (beyond where the kernel declares ``large_ints``); else
   contiguous if its stand-in is, or as its stand-in. A dimension of size 1 takes any
@@ -80,6 +81,7 @@ class _TensorPlan:
     any_offset: bool
     contiguous: bool
     valued_dims: tuple[tuple[int, ValueDomain], ...] = ()  # dimensions whose strides the layout names values of
+    offsets: ValueDomain | None = None  # the bytes past 16 it starts at, where the layout names them
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
             except Exception:  # sizes that do not fit together, which the public function refuses
                 reject()
             assume(spec.key == key)
-            assume(all(spec.kwargs[name] in domain for name, domain in layout.values.items() if name in spec.kwargs))
+            assume(all(spec.kwargs[name] in domain for name, domain in layout.values.items()
+                       if isinstance(spec.kwargs.get(name), int)))
             checked.append(1)
             if triton_lookup_key(kernel.kernel, kernel.triton_kwargs(spec)) not in lookup_keys:
                 binary = kernel.layouts.binary_key(spec)
@@ -163,7 +166,7 @@ def _plan(kernel: TritonJitKernel, key: Any, layout: LayoutDomain) -> dict[str, 
             valued = tuple((dim, domain) for dim in range(value.ndim)
                            if (domain := layout.stride_values(name, dim)) is not None)
             plan[name] = _TensorPlan(value, value.varying, strided, fixed, layout.allows_unaligned(name),
-                                     value.is_contiguous(), valued)
+                                     value.is_contiguous(), valued, layout.offsets(name))
         elif name in takes and type(value) is not takes[name]:  # not isinstance: True is an int
             plan[name] = _PlainPlan(takes[name])
     if not any(isinstance(part, _TensorPlan) for part in plan.values()):
@@ -224,7 +227,9 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limi
             strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim}) of size 1")
     assume(all(stride < limit for stride in strides))
     element = stand_in.dtype.itemsize
-    offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else 0
+    offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else \
+        data.draw(_values(plan.offsets, 0, 15), label=f"{name} offset in {plan.offsets.describe()}") if plan.offsets \
+        else 0
     address = 16 * data.draw(st.integers(1, 2**36), label=f"{name} address / 16") + offset
     return DrawnTensor(stand_in.dtype, shape, strides, address)
 

@@ -205,7 +205,9 @@ def test_an_interrupted_warmup_says_so_in_one_line(tmp_path):
         time.sleep(0.05)
     run.send_signal(signal.SIGINT)
     _, stderr = run.communicate(timeout=60)
-    assert run.returncode == 130 and stderr.splitlines()[-1] == "interrupted: run it again to compile what is left"
+    # A host module's C compiler, killed with the warmup, may say so after it.
+    ours = [line for line in stderr.splitlines() if line != "compilation terminated."]
+    assert run.returncode == 130 and ours[-1] == "interrupted: run it again to compile what is left", stderr
     assert "Traceback" not in stderr, stderr
 
 

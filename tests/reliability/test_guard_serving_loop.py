@@ -148,3 +148,37 @@ def test_record_merge_and_warm_converge_to_the_values_the_traffic_passes(dry_run
             serve_traffic(traffic)
     finally:
         guard.set_mode("off")
+
+
+def test_a_start_outside_the_declared_offsets_is_named_then_record_merge_and_warm_converge(
+        dry_run_gpu, triton_cache, tmp_path):
+    """x declared to start 8 bytes past a 16-byte boundary: an aligned x is refused naming the
+    offset and the domain; recorded, merge-record adds its offset (0) to x's values, no
+    explicit key, and the same traffic then compiles nothing."""
+    manifest = example_manifest(tmp_path / "serving.json", {"values": {"x": [8]}}, dtypes=["float32"])
+    record = tmp_path / "unseen.jsonl"
+    warm(manifest)
+    start_serving(manifest)
+    traffic = [(1024, (2, 0, 0)), (1024, (0, 0, 0)), (1024, (1, 0, 0))]  # x 8, 0 and 4 bytes past 16
+    try:
+        guard.set_mode("error")
+        serve_traffic(traffic[:1])
+        with pytest.raises(guard.ServeTimeCompile, match=r"x: starts 0 bytes past 16, outside the declared \[8\]"):
+            serve_traffic(traffic[1:2])
+        guard.set_mode("record", record)
+        serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")
+    assert len(record.read_text().splitlines()) == 1  # 4 bytes past 16 is of 8's class: no second miss
+    merged = cli("merge-record", record, manifest, cache_dir=triton_cache)
+    assert merged.returncode == 0 and "3 key(s) added" in merged.stdout, merged.stdout + merged.stderr  # x aligned too
+    (entry,) = json.loads(manifest.read_text())["kernels"]
+    assert entry["layout"] == {"values": {"x": [0, 8]}} and "keys" not in entry, entry
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with assert_no_compile():
+            serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")

@@ -276,9 +276,8 @@ def long_prefills(block_size: int, draft_tokens: int, capacity: int, rows: str |
 def test_one_manifest_per_configuration_covers_the_schedule_with_long_prefills_too():
     """The deployment of step5-values.json as its four configurations, one manifest each
     (``tests/manifests/step5-configs/``), warmed together: the mixed schedule hits them,
-    prefills in two launches too. They give the same 51 binaries: the odd-rows configuration
-    (z unaligned, both row strides 600) spans them alone, because a one-token step passes
-    the stand-ins' row stride (256) for each (``launch_stride``)."""
+    prefills in two launches too. Each declares where z starts (``"z": [8]`` where it is a
+    slice 8 bytes off 16), so they warm 33 of step5-values.json's 51 binaries."""
     block_size, draft_tokens, capacity = deployment(VALUES_MANIFEST)
     long = long_prefills(block_size, draft_tokens, capacity, rows="mixed")
     with record_launches() as launches:
@@ -291,8 +290,8 @@ def test_one_manifest_per_configuration_covers_the_schedule_with_long_prefills_t
     missing = missing_from(launches, keys)
     assert not missing, "launches the per-configuration manifests do not enumerate:\n  " + "\n  ".join(missing)
     by_values = manifest_keys(load_manifest(VALUES_MANIFEST))
-    assert {name: set(found) for name, found in keys.items()} == {name: set(found) for name, found in by_values.items()}
-    assert sum(map(len, keys.values())) == 51
+    assert all(set(found) <= set(by_values[name]) for name, found in keys.items())
+    assert sum(map(len, keys.values())) == 33
 
 
 @pytest.mark.compiled

@@ -55,6 +55,18 @@ def test_exactly_the_classes_of_the_declared_values_are_warmed():
     assert _binaries(n_elements={"min": 2}) == ["", "n_elements:i32"]  # never 1
 
 
+def test_a_tensor_declared_by_where_it_starts_warms_the_alignments_of_those_offsets():
+    """``"x": [8]``: x starts 8 bytes past a 16-byte boundary, so only its unaligned binaries."""
+    unaligned = ["X_ptr:*fp32", "X_ptr:*fp32 n_elements:1", "X_ptr:*fp32 n_elements:i32"]
+    assert _binaries(x=[8]) == unaligned
+    assert _binaries(x=[0]) == _binaries() == ["", "n_elements:1", "n_elements:i32"]
+    assert _binaries(x=[0, 4]) == _binaries(x={"min": 0, "max": 15}) == sorted(_binaries() + unaligned)
+    kernel = AxpyKernel()
+    (key,) = kernel.get_warmup_keys(dtypes=["float32"])
+    assert kernel.layouts.factors(key, LayoutDomain(values={"x": domain_of([0, 4])})) == {
+        "x starts [0, 4] past 16": 2, "n_elements any value": 3}  # what --list says of each declaration
+
+
 def _manifest(tmp_path, layout):
     document = dict(json.loads(EXAMPLE.read_text()), layout=layout)
     path = tmp_path / "m.json"
@@ -66,7 +78,11 @@ def test_a_manifest_declares_values_and_each_wrong_one_is_one_error_naming_the_f
     (entry,) = load_manifest(_manifest(tmp_path, {"values": {"n_elements": {"min": 2, "max": 4096}}})).entries
     assert len(entry.keys) == 6 and entry.domain.values["n_elements"] == ValueDomain(low=2, high=4096)
     for values, said in [
-        ({"n_element": [1]}, r"layout\.values\['n_element'\]: no kernel of this manifest has a stride or integer"),
+        ({"n_element": [1]}, r"layout\.values\['n_element'\]: no kernel of this manifest has a tensor, stride or "
+                             r"integer"),
+        ({"x": [16]}, r"values\['x'\]: a tensor's values are the bytes past a 16-byte boundary at which it starts, "
+                      r"0 to 15; got \[16\]"),
+        ({"x": {"min": 4}}, r"values\['x'\]: a tensor's values are the bytes .* got \{4\.\.\}"),
         ({"n_elements": []}, r"values\['n_elements'\]: an empty list of values"),
         ({"n_elements": {"min": 9, "max": 3}}, r"values\['n_elements'\]: min 9 is above max 3"),
         ({"n_elements": [2**31]}, r"values\['n_elements'\]: jitkern\.example\.axpy's public function refuses integers "
@@ -82,12 +98,34 @@ def test_a_manifest_declares_values_and_each_wrong_one_is_one_error_naming_the_f
     (tmp_path / "both.json").write_text(json.dumps(kernel_layout))
     with pytest.raises(ManifestError, match=r"layout lists 'x\.0' both as strided \(any stride\) and with values"):
         load_manifest(tmp_path / "both.json")
+    kernel_layout["kernels"][0]["layout"] = {"unaligned": ["x"], "values": {"x": [8]}}
+    (tmp_path / "both.json").write_text(json.dumps(kernel_layout))
+    with pytest.raises(ManifestError, match=r"layout lists 'x' both as unaligned \(any start\) and with values"):
+        load_manifest(tmp_path / "both.json")
+
+
+def test_a_tensor_the_public_function_requires_aligned_cannot_be_declared_to_start_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setattr(AxpyKernel, "aligned_tensors", frozenset({"x"}), raising=False)
+    assert len(load_manifest(_manifest(tmp_path, {"values": {"x": [0]}})).entries[0].keys) == 9
+    with pytest.raises(ManifestError, match=r"values\['x'\]: jitkern\.example\.axpy's public function requires "
+                                            r"'x' 16-byte aligned"):
+        load_manifest(_manifest(tmp_path, {"values": {"x": [0, 8]}}))
 
 
 @pytest.mark.compiled
 def test_launches_drawn_from_the_declared_values_hit_the_binaries_they_warm():
     domain = LayoutDomain(unaligned=frozenset({"x"}), values={"n_elements": ValueDomain(low=2, high=5000)})
     assert check_coverage(AxpyKernel(), {"dtypes": ["float16"]}, domain, max_examples=60) > 0
+
+
+@pytest.mark.compiled
+def test_launches_drawn_from_the_declared_start_offsets_hit_the_binaries_they_warm():
+    kernel, config = AxpyKernel(), {"dtypes": ["float16"]}
+    starts = LayoutDomain(values={"x": ValueDomain(values=(2, 8)), "y": ValueDomain(values=(0,))})
+    assert check_coverage(kernel, config, starts, max_examples=60) > 0
+    aligned = kernel.layouts.binary_keys(kernel.get_warmup_keys(**config))  # warmed as if x started aligned
+    with pytest.raises(AssertionError, match=r"misses every warmed binary: x: a fp16 tensor not 16-byte aligned"):
+        check_coverage(kernel, config, starts, max_examples=60, warmed=aligned)
 
 
 @pytest.mark.compiled
