@@ -104,8 +104,8 @@ class KernelLayouts:
         for name, text in parse_layout(binary.layout).items():
             if text.startswith("*") and name in found.tensors:
                 unaligned.append(found.tensors[name])
-                if hasattr(spec.kwargs.get(name), "data_ptr") and spec.kwargs[name].data_ptr() % 16:
-                    values[found.tensors[name]] = spec.kwargs[name].data_ptr() % 16
+                if hasattr(spec.kwargs.get(name), "data_ptr") and (offset := spec.kwargs[name].data_ptr() % 16):
+                    values[found.tensors[name]] = offset
             elif not text.startswith("*") and isinstance(spec.kwargs.get(name), int):
                 tensor_dim = found.strides.get(name)
                 values[f"{tensor_dim[0]}.{tensor_dim[1]}" if tensor_dim else name] = spec.kwargs[name]

@@ -43,6 +43,12 @@ class ValueDomain:
         return ((self.low is None or value >= self.low) and (self.high is None or value <= self.high)
                 and value % self.multiple_of == 0)
 
+    def bounds(self) -> tuple[int | None, int | None]:
+        """The lowest and highest value the domain holds (None: no bound given)."""
+        if self.values:
+            return min(self.values), max(self.values)
+        return self.low, self.high
+
     def describe(self) -> str:
         if self.values:
             return f"[{', '.join(map(str, self.values))}]"

@@ -94,13 +94,8 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
             refusal = _refusal(kernel, "strided", name) if stride else ""
             if refusal:
                 raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
-            try:
-                values[name] = domain_of(document if isinstance(document, list) else document.model_dump())
-                values[name].witnesses(getattr(kernel, "large_ints", False))
-            except EmptyDomain as error:
-                raise ManifestError(f"{field}: {error}") from None
-            low = min(values[name].values) if values[name].values else values[name].low
-            high = max(values[name].values) if values[name].values else values[name].high
+            values[name] = _domain(field, document, getattr(kernel, "large_ints", False))
+            low, high = values[name].bounds()
             if stride and low is not None and low < 0:
                 raise ManifestError(f"{field}: a stride is not negative, got {low}")
             if not getattr(kernel, "large_ints", False) and any(bound is not None and not -2**31 <= bound < 2**31
@@ -113,20 +108,26 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
 def _offsets(field: str, kernel: Any, tensor: str, document: Any) -> ValueDomain:
     """A tensor's start offsets: bytes past a 16-byte boundary, 0 to 15, as one error naming
     the field where they are not, or where the public function requires it aligned."""
-    try:
-        offsets = domain_of(document if isinstance(document, list) else document.model_dump())
-        witnesses = offsets.witnesses(False)
-    except EmptyDomain as error:
-        raise ManifestError(f"{field}: {error}") from None
-    low = min(offsets.values) if offsets.values else offsets.low
-    high = max(offsets.values) if offsets.values else offsets.high
+    offsets = _domain(field, document, large=False)
+    low, high = offsets.bounds()
     if low is None or high is None or low < 0 or high > 15:
         raise ManifestError(f"{field}: a tensor's values are the bytes past a 16-byte boundary at which it "
                             f"starts, 0 to 15; got {offsets.describe()}")
     refusal = _refusal(kernel, "unaligned", tensor)
-    if refusal and any(offset % 16 for offset in witnesses):
+    if refusal and any(offset % 16 for offset in offsets.witnesses(False)):
         raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
     return offsets
+
+
+def _domain(field: str, document: Any, large: bool) -> ValueDomain:
+    """The value domain a layout's ``values`` entry gives (a list or a range), or one error
+    naming the field where it holds no integer (of i32, or of i64 where ``large``)."""
+    try:
+        domain = domain_of(document if isinstance(document, list) else document.model_dump())
+        domain.witnesses(large)
+    except EmptyDomain as error:
+        raise ManifestError(f"{field}: {error}") from None
+    return domain
 
 
 def _refusal(kernel: Any, field: str, name: str) -> str:

@@ -227,9 +227,12 @@ def _draw_tensor(data: Any, name: str, plan: _TensorPlan, large: bool, size_limi
             strides[dim] = data.draw(stride_values, label=f"{name}.stride({dim}) of size 1")
     assume(all(stride < limit for stride in strides))
     element = stand_in.dtype.itemsize
-    offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element if plan.any_offset else \
-        data.draw(_values(plan.offsets, 0, 15), label=f"{name} offset in {plan.offsets.describe()}") if plan.offsets \
-        else 0
+    if plan.any_offset:
+        offset = data.draw(st.integers(0, 16 // element - 1), label=f"{name} offset") * element
+    elif plan.offsets:
+        offset = data.draw(_values(plan.offsets, 0, 15), label=f"{name} offset in {plan.offsets.describe()}")
+    else:
+        offset = 0
     address = 16 * data.draw(st.integers(1, 2**36), label=f"{name} address / 16") + offset
     return DrawnTensor(stand_in.dtype, shape, strides, address)
 

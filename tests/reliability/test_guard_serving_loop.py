@@ -91,6 +91,19 @@ def serve_traffic(traffic) -> None:
         axpy(x, y, 0.5, out=out)
 
 
+def warm_then_serve_with_no_compile(manifest, traffic) -> None:
+    """Warm the manifest, start a fresh serving process on it, and serve ``traffic`` under
+    the guard in error mode: not one compile."""
+    warm(manifest)
+    start_serving(manifest)
+    try:
+        guard.set_mode("error")
+        with assert_no_compile():
+            serve_traffic(traffic)
+    finally:
+        guard.set_mode("off")
+
+
 def test_record_merge_and_warm_converge_for_mixed_alignment_traffic(dry_run_gpu, triton_cache, tmp_path):
     """Whatever layouts the traffic has: one round of record -> merge-record -> warm, and the
     same traffic compiles nothing."""
@@ -110,14 +123,7 @@ def test_record_merge_and_warm_converge_for_mixed_alignment_traffic(dry_run_gpu,
     assert merged.returncode == 0 and " key(s) added" in merged.stdout, merged.stdout + merged.stderr
     (entry,) = json.loads(manifest.read_text())["kernels"]  # the traffic's layouts, as a domain: no explicit key
     assert set(entry["layout"]["unaligned"]) == {"x", "y", "out"} and "keys" not in entry, entry
-    warm(manifest)
-    start_serving(manifest)
-    try:
-        guard.set_mode("error")
-        with assert_no_compile():
-            serve_traffic(traffic)
-    finally:
-        guard.set_mode("off")
+    warm_then_serve_with_no_compile(manifest, traffic)
 
 
 def test_record_merge_and_warm_converge_to_the_values_the_traffic_passes(dry_run_gpu, triton_cache, tmp_path):
@@ -140,14 +146,7 @@ def test_record_merge_and_warm_converge_to_the_values_the_traffic_passes(dry_run
     assert merged.returncode == 0 and "2 key(s) added" in merged.stdout, merged.stdout + merged.stderr
     (entry,) = json.loads(manifest.read_text())["kernels"]
     assert entry["layout"] == {"values": {"n_elements": [1, 1000, 1024]}} and "keys" not in entry, entry
-    warm(manifest)
-    start_serving(manifest)
-    try:
-        guard.set_mode("error")
-        with assert_no_compile():
-            serve_traffic(traffic)
-    finally:
-        guard.set_mode("off")
+    warm_then_serve_with_no_compile(manifest, traffic)
 
 
 def test_a_start_outside_the_declared_offsets_is_named_then_record_merge_and_warm_converge(
@@ -174,11 +173,4 @@ def test_a_start_outside_the_declared_offsets_is_named_then_record_merge_and_war
     assert merged.returncode == 0 and "3 key(s) added" in merged.stdout, merged.stdout + merged.stderr  # x aligned too
     (entry,) = json.loads(manifest.read_text())["kernels"]
     assert entry["layout"] == {"values": {"x": [0, 8]}} and "keys" not in entry, entry
-    warm(manifest)
-    start_serving(manifest)
-    try:
-        guard.set_mode("error")
-        with assert_no_compile():
-            serve_traffic(traffic)
-    finally:
-        guard.set_mode("off")
+    warm_then_serve_with_no_compile(manifest, traffic)
