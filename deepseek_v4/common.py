@@ -1,5 +1,5 @@
 """What the store and the compressor share: each compression ratio's geometry, the float
-dtype, the engine's PDL request, the tensor checks.
+dtype, the engine's PDL request, the tensor arguments.
 
 The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
 validation and the kernels' launchers cannot disagree on a width or a block size.
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from jitkern.kernel.validation import (INDEX_DTYPES, INDEX_DTYPES_BY_NAME, check_strides_below_i32, device_has_pdl,
-                                       dtype_name)
+from jitkern.kernel.arguments import Arg
+from jitkern.kernel.validation import INDEX_DTYPES, INDEX_DTYPES_BY_NAME, device_has_pdl
 
 
 @dataclass(frozen=True)
@@ -74,48 +74,10 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     return launch_pdl and device_has_pdl(device)
 
 
-def check_index_tensor(name: str, tensor: torch.Tensor) -> None:
-    """A 1-D, contiguous integer tensor of an index dtype (int32 or int64)."""
-    _check_tensor(name, tensor)
-    if tensor.dtype not in INDEX_DTYPES:
-        raise ValueError(f"{name}: dtype must be one of {list(INDEX_DTYPES_BY_NAME)}, got {dtype_name(tensor.dtype)}")
-    if tensor.dim() != 1 or (tensor.numel() > 1 and tensor.stride(0) != 1):
-        raise ValueError(
-            f"{name}: must be a contiguous 1-D tensor, got shape {tuple(tensor.shape)} strides {tensor.stride()}"
-        )
+def floats(shape: str, written: bool = False) -> Arg:
+    """A float32 tensor argument whose last dimension is dense (the rows may be strided)."""
+    return Arg(shape, FLOAT_DTYPE, strides=["_"] * (len(shape.split()) - 1) + [1], written=written)
 
 
-def check_float_tensor(name: str, tensor: torch.Tensor, dim: int, written: bool = False) -> None:
-    """A float32 tensor of ``dim`` dimensions whose last dimension is contiguous, its strides
-    below 2**31 (the kernels keep them i32: their binaries take no larger one); one the
-    kernel writes (``written``) with rows apart in memory."""
-    _check_tensor(name, tensor)
-    if tensor.dtype != FLOAT_DTYPE:
-        raise ValueError(f"{name}: dtype must be float32, got {dtype_name(tensor.dtype)}")
-    if tensor.dim() != dim:
-        raise ValueError(f"{name}: must have {dim} dimensions, got shape {tuple(tensor.shape)}")
-    if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
-        raise ValueError(f"{name}: last dimension must be contiguous, got strides {tensor.stride()}")
-    check_strides_below_i32(name, tensor)
-    if written:
-        _check_rows_apart(name, tensor)
-
-
-def _check_rows_apart(name: str, tensor: torch.Tensor) -> None:
-    """The rows of a tensor a kernel writes (one per index of the dims before the last, whose
-    stride is 1) lie apart in memory. Overlapping rows (an expanded tensor's stride 0, a
-    stride shorter than a row) would take the writes of several programs, which race."""
-    if tensor.numel() == 0:
-        return
-    reach = tensor.shape[-1]  # elements the dims sorted so far span
-    for stride, size in sorted((stride, size) for stride, size in zip(tensor.stride()[:-1], tensor.shape[:-1])
-                               if size > 1):
-        if stride < reach:
-            raise ValueError(f"{name}: rows overlap in memory (strides {tuple(tensor.stride())} for shape "
-                             f"{tuple(tensor.shape)}); the kernel writes each row")
-        reach += stride * (size - 1)
-
-
-def _check_tensor(name: str, tensor: Any) -> None:
-    if not isinstance(tensor, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+INDEX = Arg("tokens", INDEX_DTYPES, contiguous=True)  # positions, slot_mapping, req_indices
+POSITIVE = range(1, 2**31)  # an int argument: a size

@@ -40,9 +40,10 @@ import torch
 
 from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
                      launch_stride, public_call)
-from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, runs_on_host, same_device, use_gdc
-from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
-                                ratio_geometry, resolve_pdl)
+from jitkern.kernel.arguments import Arg, Arguments
+from jitkern.kernel.validation import check_int, runs_on_host, use_gdc
+from deepseek_v4.common import (FLOAT_DTYPE, INDEX, POSITIVE, RATIOS, floats, index_dtype_names, ratio_geometry,
+                                resolve_pdl)
 from deepseek_v4.kernels.compressor import compress_windows_kernel
 from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
@@ -171,31 +172,18 @@ def compress_windows(
     return out
 
 
+COMPRESS = Arguments(head_dim=POSITIVE, block_size=POSITIVE, state_cache=floats("blocks block _"),
+                     block_table=Arg("requests _", torch.int32, strides="_ 1"), positions=INDEX, req_indices=INDEX,
+                     out=floats("tokens _", written=True))
+
+
 def check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio: int,
                            head_dim: int, block_size: int, max_position: int | None) -> torch.device:
     """``compress_windows``' argument checks (values too, where ``runs_on_host``); returns the device."""
     geometry = ratio_geometry(compress_ratio)
-    check_int("head_dim", head_dim, minimum=1)
-    check_int("block_size", block_size, minimum=1)
+    checked = COMPRESS.check(locals())
     if max_position is not None:
         check_int("max_position", max_position, minimum=0)
-    check_float_tensor("state_cache", state_cache, 3)
-    check_float_tensor("out", out, 2, written=True)
-    check_index_tensor("positions", positions)
-    check_index_tensor("req_indices", req_indices)
-    if not isinstance(block_table, torch.Tensor):
-        raise ValueError(f"block_table: expected a torch.Tensor, got {type(block_table).__name__}")
-    if block_table.dtype != torch.int32 or block_table.dim() != 2:
-        raise ValueError(
-            f"block_table: must be int32 [requests, max_blocks], got {dtype_name(block_table.dtype)} "
-            f"{tuple(block_table.shape)}"
-        )
-    if block_table.shape[1] > 1 and block_table.stride(1) != 1:
-        raise ValueError(f"block_table: rows must be contiguous, got strides {block_table.stride()}")
-    check_strides_below_i32("block_table", block_table)
-    device = same_device(
-        state_cache=state_cache, block_table=block_table, positions=positions, req_indices=req_indices, out=out
-    )
     width = geometry.state_width(head_dim)
     tokens = positions.shape[0]
     if state_cache.shape[1] != block_size:
@@ -205,9 +193,7 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
             f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "
             f"at ratio {compress_ratio}"
         )
-    if req_indices.shape[0] != tokens:
-        raise ValueError(f"req_indices: {req_indices.shape[0]} tokens, positions has {tokens}")
-    if out.shape[0] != tokens or out.shape[1] < head_dim:
+    if out.shape[1] < head_dim:
         raise ValueError(f"out: shape {tuple(out.shape)}, expected [{tokens}, >= head_dim={head_dim}]")
     if max_position is not None and max_position // block_size >= block_table.shape[1]:
         raise ValueError(
@@ -215,7 +201,7 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
         )
     if runs_on_host(positions) and tokens:
         _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size)
-    return device
+    return checked.device
 
 
 def _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size) -> None:

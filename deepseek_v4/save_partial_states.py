@@ -16,9 +16,9 @@ import torch
 
 from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
                      launch_stride, public_call, size_of)
-from jitkern.kernel.validation import check_int, first_outside, runs_on_host, same_device, use_gdc
-from deepseek_v4.common import (FLOAT_DTYPE, RATIOS, check_float_tensor, check_index_tensor, index_dtype_names,
-                                ratio_geometry, resolve_pdl)
+from jitkern.kernel.arguments import Arguments
+from jitkern.kernel.validation import first_outside, runs_on_host, use_gdc
+from deepseek_v4.common import FLOAT_DTYPE, INDEX, POSITIVE, RATIOS, floats, index_dtype_names, ratio_geometry, resolve_pdl
 from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
 
@@ -143,33 +143,21 @@ def save_partial_states(
         )
 
 
+STORE = Arguments(kv=floats("tokens H"), score=floats("tokens H"), ape=floats("ratio _"),
+                  state_cache=floats("blocks block _", written=True), positions=INDEX, slot_mapping=INDEX,
+                  block_size=POSITIVE, state_width=int, sizes=dict(H=range(1, 2**31)))
+
+
 def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,
                               state_width: int, compress_ratio: int) -> torch.device:
     """``save_partial_states``' argument checks (values too, where ``runs_on_host``); returns the device."""
     ratio_geometry(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
-    check_float_tensor("kv", kv, 2)
-    check_float_tensor("score", score, 2)
-    check_float_tensor("ape", ape, 2)
-    check_float_tensor("state_cache", state_cache, 3, written=True)
-    check_index_tensor("positions", positions)
-    check_index_tensor("slot_mapping", slot_mapping)
-    device = same_device(
-        kv=kv, score=score, ape=ape, positions=positions, state_cache=state_cache, slot_mapping=slot_mapping
-    )
+    checked = STORE.check(locals())
     tokens, head_size = kv.shape
-    if head_size <= 0:
-        raise ValueError(f"kv: last dimension must be positive, got shape {tuple(kv.shape)}")
-    if tuple(score.shape) != (tokens, head_size):
-        raise ValueError(f"score: shape {tuple(score.shape)} does not match kv {tuple(kv.shape)}")
-    for name, tensor in (("positions", positions), ("slot_mapping", slot_mapping)):
-        if tensor.shape[0] != tokens:
-            raise ValueError(f"{name}: {tensor.shape[0]} tokens, kv has {tokens}")
     if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
         raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
-    check_int("block_size", block_size, minimum=1)
     if state_cache.shape[1] != block_size:
         raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
-    check_int("state_width", state_width)
     if not head_size <= state_width:
         raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
     if state_cache.shape[2] < state_width + head_size:
@@ -178,7 +166,7 @@ def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mappi
         )
     if runs_on_host(positions) and tokens:
         _check_values_on_host(positions, state_cache, slot_mapping, block_size)
-    return device
+    return checked.device
 
 
 def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:

@@ -13,6 +13,7 @@ from jitkern import guard as _guard
 from jitkern import memo as _memo
 from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
+from jitkern.kernel.arguments import Arg, Arguments
 from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
 from jitkern.kernel.declare import (Config, DeclarationError, Tensor, argument, computed, derived, dtype_of, fixed,
                                     size_of, tuned)
@@ -35,6 +36,8 @@ _guard.install_from_environment()
 _install_path_free_amd_key()
 
 __all__ = [
+    "Arg",
+    "Arguments",
     "BinaryKey",
     "Buckets",
     "Config",

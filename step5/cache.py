@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
+from jitkern.kernel.arguments import Arguments
 from jitkern.kernel.validation import check_int
 from step5.ops import summary_update
-from step5.ops.validate import check_index
+from step5.ops import validate
 from step5.ring import Step5CSATailRing, as_device
 
 REGION = 8
@@ -55,12 +56,16 @@ class Step5SummaryCacheSpec:
         )
 
 
+_STEP_INDEX = dict(slots=Arguments(slots=validate.INDEX, sizes=validate.SIZES),
+                   positions=Arguments(positions=validate.POSITIONS, sizes=validate.SIZES))
+
+
 def _step_tokens(name: str, index, ring) -> int:
     """The step's token count, from ``index`` (``slots``, or ``positions`` for prefill), checked
     before the ring's per-token buffers are sliced to it."""
     if not isinstance(ring, Step5CSATailRing):
         raise ValueError(f"ring: expected a Step5CSATailRing, got {type(ring).__name__}")
-    check_index(name, index, None, strided=name == "positions")
+    _STEP_INDEX[name].check({name: index})
     if index.shape[0] > ring.max_tokens:
         raise ValueError(f"{name}: {index.shape[0]} tokens, more than the ring's max_tokens={ring.max_tokens}")
     return index.shape[0]

@@ -23,9 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import (Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, cdiv, computed, dtype_of,
-                     is_faking, kernel_launcher, launch_stride, public_call, size_of, tuned)
-from jitkern.kernel.validation import check_strides_below_i32, check_values_in, runs_on_host, same_device
+from jitkern import (Arg, Arguments, Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, cdiv, computed,
+                     dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of, tuned)
+from jitkern.kernel.validation import INDEX_DTYPES, check_values_in, runs_on_host
 
 @triton.jit(
     do_not_specialize=["num_pairs"],  # M * top_k changes every batch: one binary for all
@@ -213,6 +213,13 @@ def _capacity(key: Any) -> int:
 # --- the public function -----------------------------------------------------------------
 
 
+SIZE = range(1, 2**31)
+ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1"), b=Arg("E N K", "a", strides="_ _ 1"),
+                      topk_ids=Arg("M top_k", INDEX_DTYPES), out=Arg("M top_k N", "a", contiguous=True, optional=True),
+                      topk_weights=Arg("M top_k", torch.float32, contiguous=True, optional=True),
+                      sizes=dict(E=SIZE, N=SIZE, K=SIZE, top_k=SIZE))
+
+
 @public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
                  out: torch.Tensor | None = None) -> torch.Tensor:
@@ -228,8 +235,12 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     ``torch_step`` returns one tensor, so ``public_call`` does not plan this function and
     every call runs in full.
     """
-    _check(a, b, topk_ids, topk_weights, out)
-    tokens, top_k, n = a.shape[0], topk_ids.shape[1], b.shape[1]
+    checked = ARGUMENTS.check(locals())
+    tokens, top_k, n = checked.M, checked.top_k, checked.N
+    if padded_capacity(tokens * top_k, checked.E, LARGEST_BLOCK_M) >= 2**31:
+        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
+    if runs_on_host(topk_ids):
+        check_values_in("topk_ids", topk_ids.reshape(-1), 0, checked.E)
     c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
     if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
         kernel = GroupedGemmKernel()
@@ -237,40 +248,3 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
                               experts=b.shape[0], batch=BATCHES.of(tokens))  # the tile its launch takes
         kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], key.block_size_m), topk_weights)
     return c
-
-
-def _check(a, b, topk_ids, topk_weights, out) -> None:
-    """``grouped_gemm``'s argument checks: shapes, dtypes, strides, devices (ids' values on the CPU)."""
-    for name, tensor, dims in (("a", a, 2), ("b", b, 3), ("topk_ids", topk_ids, 2),
-                               ("topk_weights", topk_weights, 2), ("out", out, 3)):
-        optional = tensor is None and name in ("topk_weights", "out")
-        if not optional and not (isinstance(tensor, torch.Tensor) and tensor.dim() == dims):
-            raise ValueError(f"{name}: expected a {dims}-D torch.Tensor, got {_describe(tensor)}")
-    if a.dtype not in (torch.float16, torch.bfloat16):
-        raise ValueError(f"a: dtype {a.dtype} not supported; use float16 or bfloat16")
-    (tokens, k), (experts, n, _), top_k = a.shape, b.shape, topk_ids.shape[1]
-    if b.dtype != a.dtype or b.shape[2] != k or experts == 0 or n == 0 or k == 0:
-        raise ValueError(f"b: expected {a.dtype} [E, N, K={k}] with E, N, K > 0, got {_describe(b)}")
-    if topk_ids.dtype not in (torch.int32, torch.int64) or topk_ids.shape[0] != tokens or top_k == 0:
-        raise ValueError(f"topk_ids: expected int32 or int64 [M={tokens}, top_k > 0], got {_describe(topk_ids)}")
-    if topk_weights is not None and (topk_weights.dtype != torch.float32 or topk_weights.shape != topk_ids.shape
-                                     or not topk_weights.is_contiguous()):
-        raise ValueError(f"topk_weights: expected dense float32 {list(topk_ids.shape)}, got {_describe(topk_weights)}")
-    if out is not None and (out.dtype != a.dtype or out.shape != (tokens, top_k, n) or not out.is_contiguous()):
-        raise ValueError(f"out: expected dense {a.dtype} [{tokens}, {top_k}, {n}], got {_describe(out)}")
-    for name, tensor in (("a", a), ("b", b)):
-        if tensor.stride(-1) != 1 and k > 1:
-            raise ValueError(f"{name}: K must be dense (stride 1), got strides {tuple(tensor.stride())}")
-        check_strides_below_i32(name, tensor)
-    if padded_capacity(tokens * top_k, experts, LARGEST_BLOCK_M) >= 2**31:
-        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
-    given = {name: t for name, t in (("topk_weights", topk_weights), ("out", out)) if t is not None}
-    same_device(a=a, b=b, topk_ids=topk_ids, **given)
-    if runs_on_host(topk_ids):
-        check_values_in("topk_ids", topk_ids.reshape(-1), 0, experts)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"{value.dtype} {list(value.shape)} strides {list(value.stride())} on {value.device}"
-    return type(value).__name__

@@ -8,6 +8,7 @@
 - ``registry``: kernel classes by their stable names.
 - ``keys``: enumerating compile keys from a deployment's config.
 - ``grid``: host arithmetic for launchers (``cdiv``).
+- ``arguments``: a public function's arguments declared once and checked (``Arg``, ``Arguments``).
 - ``validation``: argument checks public functions share.
 - ``settle``: a kernel's Triton cache key made independent of what was hashed before.
 """

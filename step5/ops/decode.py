@@ -14,11 +14,13 @@ from typing import Any
 import torch
 
 from jitkern import LaunchSpec, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from jitkern.kernel.validation import runs_on_host, same_device
+from jitkern.kernel.arguments import Arguments
+from jitkern.kernel.validation import runs_on_host
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, check_deployment, stride_kwargs, target_paths)
 from step5.ops.kernels.decode import update_decode_kernel
-from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_index, check_mean, check_ring, check_rows
+from step5.ops import validate
+from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_ring
 
 # ptxas register cap (None: ptxas decides). Decode is one wave of latency-bound programs:
 # registers are free, and with the cap raised ptxas issues all 14 ring loads at once (at
@@ -56,19 +58,18 @@ class UpdateDecodeKernel(TritonJitKernel):
             **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
+DECODE = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.INDEX, positions=validate.POSITIONS,
+                   ring_base=validate.INDEX, mean=validate.MEAN, ring=validate.RING, capacity=int, sizes=validate.SIZES)
+
+
 @public_call(op="step5::update_decode", mutates=["mean", "ring"])
 def update_decode(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
                   ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
-    tokens = check_rows(key, z)
-    check_index("slots", slots, tokens)
-    check_index("positions", positions, tokens, strided=True)
-    check_index("ring_base", ring_base, tokens)
-    check_mean(mean)
+    DECODE.check(locals())
     check_ring(ring, capacity, draft_tokens=0)
-    same_device(key=key, z=z, slots=slots, positions=positions, ring_base=ring_base, mean=mean, ring=ring)
     if runs_on_host(slots):
         check_decode_values(slots, positions, ring_base, mean, ring, capacity)
-    if tokens:
+    if key.shape[0]:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

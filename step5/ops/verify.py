@@ -10,12 +10,14 @@ from typing import Any
 import torch
 
 from jitkern import LaunchSpec, Tensor, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from jitkern.kernel.validation import runs_on_host, same_device
+from jitkern.kernel.arguments import Arg, Arguments
+from jitkern.kernel.validation import INDEX_DTYPES, runs_on_host
 from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, check_deployment, stride_kwargs,
                               target_paths)
 from step5.ops.kernels.verify import update_verify_kernel
-from step5.ops.validate import SIZE_LIMIT, check_index, check_mean, check_ring, check_rows, check_verify_values
+from step5.ops import validate
+from step5.ops.validate import SIZE_LIMIT, check_ring, check_verify_values
 
 
 class UpdateVerifyKernel(TritonJitKernel):
@@ -55,6 +57,11 @@ class UpdateVerifyKernel(TritonJitKernel):
             Ring=ring, n_tokens=slots.shape[0], **stride_kwargs(key=key, z=z, mean=mean)))
 
 
+VERIFY = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.INDEX, query_start_loc=validate.STARTS,
+                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True), ring_base=validate.INDEX,
+                   mean=validate.MEAN, ring=validate.RING, capacity=int, sizes=validate.SIZES)
+
+
 @public_call(op="step5::update_verify", mutates=["mean", "ring"])
 def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query_start_loc: torch.Tensor,
                   seq_lens: torch.Tensor, ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor,
@@ -62,12 +69,8 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
     ``seq_lens[r] - q .. seq_lens[r] - 1``. No host metadata, no sync, no allocation:
     capturable in a CUDA graph."""
-    tokens = check_rows(key, z)
-    check_index("slots", slots, tokens)
-    check_index("ring_base", ring_base, tokens)
-    check_index("seq_lens", seq_lens, None)
-    requests = seq_lens.shape[0]
-    check_index("query_start_loc", query_start_loc, None)
+    checked = VERIFY.check(locals())
+    tokens, requests = checked.tokens, checked.requests
     if query_start_loc.shape[0] != requests + 1:
         raise ValueError(f"query_start_loc: expected {requests + 1} entries (seq_lens has {requests}), "
                          f"got {query_start_loc.shape[0]}")
@@ -77,10 +80,7 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
         raise ValueError(f"slots: {tokens} tokens, but seq_lens has no requests")
     if requests and tokens == 0:
         raise ValueError(f"key: no tokens for {requests} requests")
-    check_mean(mean)
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
-    same_device(key=key, z=z, slots=slots, query_start_loc=query_start_loc, seq_lens=seq_lens,
-                ring_base=ring_base, mean=mean, ring=ring)
     if runs_on_host(slots):
         check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
     if requests:

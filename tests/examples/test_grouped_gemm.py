@@ -119,15 +119,16 @@ def _inputs(**changes):
 
 
 BAD_INPUTS = [
-    (dict(a=torch.randn(4, 16)), "a: dtype torch.float32 not supported"),
-    (dict(a=torch.randn(16, 4, dtype=torch.float16).t()), "a: K must be dense"),
-    (dict(b=torch.randn(3, 8, 15, dtype=torch.float16)), "b: expected torch.float16 [E, N, K=16]"),
-    (dict(b=torch.randn(8, 16, dtype=torch.float16)), "b: expected a 3-D torch.Tensor"),
-    (dict(topk_ids=torch.zeros(4, 2)), "topk_ids: expected int32 or int64"),
-    (dict(topk_ids=torch.zeros(5, 2, dtype=torch.int64)), "topk_ids: expected int32 or int64 [M=4"),
-    (dict(topk_weights=torch.rand(4, 3)), "topk_weights: expected dense float32 [4, 2]"),
-    (dict(out=torch.empty(4, 2, 9, dtype=torch.float16)), "out: expected dense torch.float16 [4, 2, 8]"),
-    (dict(out=torch.empty(4, 8, 2, dtype=torch.float16).transpose(1, 2)), "out: expected dense"),
+    (dict(a=torch.randn(4, 16)), "a: expected float16 or bfloat16 [M, K], got float32 (4, 16)"),
+    (dict(a=torch.randn(16, 4, dtype=torch.float16).t()), "a: strides (1, 4); expected (_, 1)"),
+    (dict(b=torch.randn(3, 8, 15, dtype=torch.float16)), "b: K = 15 (dim 2), but a has K = 16"),
+    (dict(b=torch.randn(8, 16, dtype=torch.float16)), "b: expected float16 [E, N, K], got float16 (8, 16)"),
+    (dict(b=torch.randn(0, 8, 16, dtype=torch.float16)), "b: E = 0 (dim 0); expected in [1, 2147483648)"),
+    (dict(topk_ids=torch.zeros(4, 2)), "topk_ids: expected int32 or int64 [M, top_k]"),
+    (dict(topk_ids=torch.zeros(5, 2, dtype=torch.int64)), "topk_ids: M = 5 (dim 0), but a has M = 4"),
+    (dict(topk_weights=torch.rand(4, 3)), "topk_weights: top_k = 3 (dim 1), but topk_ids has top_k = 2"),
+    (dict(out=torch.empty(4, 2, 9, dtype=torch.float16)), "out: N = 9 (dim 2), but b has N = 8"),
+    (dict(out=torch.empty(4, 8, 2, dtype=torch.float16).transpose(1, 2)), "out: must be contiguous"),
 ]
 if ON_CPU:
     BAD_INPUTS.append((dict(topk_ids=torch.tensor([[0, 1], [2, 3], [0, 0], [1, 1]])),

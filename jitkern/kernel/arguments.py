@@ -1,0 +1,151 @@
+"""A public function's arguments declared once and checked in one call.
+
+Most of what a kernel's public function checks is the same few things: each tensor's
+dtype, rank and sizes (sizes named alike must agree across tensors), the strides its
+kernel assumes, strides below 2**31 (binaries keep them i32), one device for all; each
+int is an int (in its range). ``Arguments`` holds those declarations and ``check`` raises the first
+failure as a ``ValueError`` naming the argument, reading only shapes, strides, dtypes
+and devices (never values: no device sync). What is particular to a function (a value
+range, a relation no shape states) stays written out after it::
+
+    DECODE = Arguments(key=Arg("tokens 1 256", torch.bfloat16), slots=Arg("tokens", INDEX_DTYPES, contiguous=True),
+                       capacity=int, sizes=dict(tokens=range(2**30)))
+
+    def update_decode(key, slots, capacity):
+        tokens = DECODE.check(locals()).tokens
+
+The checks cost a public call only until it is planned (``jitkern.launch.plans``): a
+planned call repeats no validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, same_device
+
+ANY = "_"  # a dimension of any size, or a stride of any value
+
+
+def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:
+    """``"tokens 1 256"`` -> ``("tokens", 1, 256)``; a tuple is taken as it is."""
+    if not isinstance(spec, str):
+        return tuple(spec)
+    return tuple(int(word) if word.isdigit() else word for word in spec.split())
+
+
+class Arg:
+    """One tensor argument: its ``shape`` (a name per dimension binds a size that every
+    argument naming it must share; an int is that size; ``_`` any), its ``dtype`` (a dtype,
+    a tuple of them, or another argument's name: the same dtype as it), and the layout its
+    kernel assumes: ``strides`` (an int per dimension it fixes, ``_`` for any; a dimension
+    of size 1 has no stride to check), ``contiguous``, ``written`` (a tensor the kernel
+    writes row by row, whose rows must not overlap in memory). ``optional``: None passes."""
+
+    def __init__(self, shape: str | Iterable[Any], dtype: Any, *, strides: str | Iterable[Any] | None = None,
+                 contiguous: bool = False, written: bool = False, optional: bool = False) -> None:
+        self.shape = _words(shape)
+        self.dtypes = (dtype,) if isinstance(dtype, (torch.dtype, str)) else tuple(dtype)
+        self.strides = _words(strides) if strides is not None else None
+        if self.strides is not None and len(self.strides) != len(self.shape):
+            raise ValueError(f"Arg: strides {self.strides} do not match shape {self.shape}")
+        self.contiguous, self.written, self.optional = contiguous, written, optional
+
+    def expected(self, dtypes: tuple[torch.dtype, ...]) -> str:
+        """``bfloat16 [tokens, 1, 256]``: what the error says was expected."""
+        names = " or ".join(dtype_name(dtype) for dtype in dtypes)
+        return f"{names} [{', '.join(str(size) for size in self.shape)}]"
+
+
+class Checked:
+    """The sizes a check bound, by name (``checked.tokens``), and the tensors' ``device``."""
+
+    def __init__(self, sizes: dict[str, int], device: torch.device | None) -> None:
+        self.__dict__.update(sizes)
+        self.device = device
+
+
+class Arguments:
+    """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
+    argument, a ``range`` for an int within it. ``sizes`` bounds named sizes
+    (``tokens=range(2**30)``)."""
+
+    def __init__(self, *, sizes: Mapping[str, range] | None = None, **arguments: Arg | type) -> None:
+        for name, declared in arguments.items():
+            if not (isinstance(declared, (Arg, range)) or declared is int):
+                raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int or a range of ints")
+        self.arguments = arguments
+        self.sizes = dict(sizes or {})
+
+    def check(self, values: Mapping[str, Any]) -> Checked:
+        """Check the declared arguments among ``values`` (a call's ``locals()``), in their
+        declared order; the first failure is a ``ValueError`` naming its argument."""
+        sizes: dict[str, int] = {}
+        bound_by: dict[str, str] = {}
+        tensors: dict[str, torch.Tensor] = {}
+        for name, declared in self.arguments.items():
+            value = values[name]
+            if declared is int:
+                check_int(name, value)
+            elif type(declared) is range:
+                check_int(name, value)
+                if value not in declared:
+                    raise ValueError(f"{name}: expected an int in [{declared.start}, {declared.stop}), got {value}")
+            elif value is not None or not declared.optional:
+                self._check_tensor(name, value, declared, tensors, sizes, bound_by)
+                tensors[name] = value
+        return Checked(sizes, same_device(**tensors) if tensors else None)
+
+    def _check_tensor(self, name: str, tensor: Any, declared: Arg, tensors: dict[str, torch.Tensor],
+                      sizes: dict[str, int], bound_by: dict[str, str]) -> None:
+        dtypes = tuple(tensors[dtype].dtype if isinstance(dtype, str) else dtype for dtype in declared.dtypes)
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype not in dtypes or tensor.dim() != len(declared.shape) \
+                or any(type(want) is int and size != want for size, want in zip(tensor.shape, declared.shape)):
+            raise ValueError(f"{name}: expected {declared.expected(dtypes)}, got {describe(tensor)}")
+        for dim, (size, want) in enumerate(zip(tensor.shape, declared.shape)):
+            if type(want) is int or want == ANY:
+                continue
+            if want in sizes:
+                if size != sizes[want]:
+                    raise ValueError(f"{name}: {want} = {size} (dim {dim}), but {bound_by[want]} has {want} = "
+                                     f"{sizes[want]}")
+                continue
+            allowed = self.sizes.get(want)
+            if allowed is not None and not allowed.start <= size < allowed.stop:  # `in` would specialise a SymInt
+                raise ValueError(f"{name}: {want} = {size} (dim {dim}); expected in [{allowed.start}, {allowed.stop})")
+            sizes[want], bound_by[want] = size, name
+        check_strides_below_i32(name, tensor)
+        if declared.contiguous and not tensor.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous, got strides {tuple(tensor.stride())}")
+        if declared.strides is not None:
+            for size, stride, want in zip(tensor.shape, tensor.stride(), declared.strides):
+                if want != ANY and size > 1 and stride != want:
+                    raise ValueError(f"{name}: strides {tuple(tensor.stride())}; expected "
+                                     f"({', '.join(str(want) for want in declared.strides)}) where a dimension is "
+                                     "longer than 1")
+        if declared.written:
+            check_rows_apart(name, tensor)
+
+
+def check_rows_apart(name: str, tensor: torch.Tensor) -> None:
+    """The rows of a tensor a kernel writes (one per index of the dims before the last)
+    lie apart in memory. Overlapping rows (an expanded tensor's stride 0, a stride shorter
+    than a row) would take the writes of several programs, which race."""
+    if tensor.numel() == 0:
+        return
+    reach = (tensor.shape[-1] - 1) * tensor.stride(-1) + 1  # elements the dims sorted so far span
+    for stride, size in sorted((stride, size) for stride, size in zip(tensor.stride()[:-1], tensor.shape[:-1])
+                               if size > 1):
+        if stride < reach:
+            raise ValueError(f"{name}: rows overlap in memory (strides {tuple(tensor.stride())} for shape "
+                             f"{tuple(tensor.shape)}); the kernel writes each row")
+        reach += stride * (size - 1)
+
+
+def describe(value: Any) -> str:
+    """A value as errors show it: a tensor's dtype, shape and device, else its type."""
+    if not isinstance(value, torch.Tensor):
+        return type(value).__name__
+    return f"{dtype_name(value.dtype)} {tuple(value.shape)} on {value.device}"

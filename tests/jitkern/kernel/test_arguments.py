@@ -1,0 +1,81 @@
+"""A public function's arguments declared once (``jitkern.kernel.arguments``): each check
+passes what it should, and each failure is one ValueError naming the argument."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from jitkern import Arg, Arguments
+
+ROWS = Arguments(
+    x=Arg("tokens width", (torch.float16, torch.bfloat16), strides="_ 1"),
+    y=Arg("tokens width", "x"),
+    index=Arg("tokens", (torch.int32, torch.int64), contiguous=True),
+    table=Arg("_ rows 16", torch.uint8, strides="_ 16 1"),
+    out=Arg("tokens width", "x", written=True, optional=True),
+    count=int,
+    blocks=range(1, 8),
+    sizes=dict(tokens=range(1000), width=range(1, 2**31)),
+)
+
+
+def _call(tokens=None, width=None, dtype=torch.bfloat16):
+    tokens = random.randint(2, 30) if tokens is None else tokens
+    width = random.randint(2, 40) if width is None else width
+    return dict(x=torch.randn(tokens, width + 3).to(dtype)[:, :width], y=torch.randn(tokens, width).to(dtype),
+                index=torch.randint(0, 9, (tokens,)), table=torch.zeros(random.randint(1, 5), 4, 16, dtype=torch.uint8),
+                out=None, count=random.randint(0, 9), blocks=random.randint(1, 7))
+
+
+def test_a_good_call_binds_the_sizes_and_the_device():
+    call = _call()
+    checked = ROWS.check(call)
+    assert (checked.tokens, checked.width, checked.device) == (*call["y"].shape, torch.device("cpu"))
+    ROWS.check(dict(call, out=torch.empty_like(call["y"])))  # an optional tensor given
+    one_row = torch.zeros(3, 1, 16, dtype=torch.uint8).as_strided((3, 1, 16), (16, 99, 1))
+    assert ROWS.check(dict(call, table=one_row)).rows == 1  # a dimension of size 1: any stride
+
+
+WRONG = [  # (argument named, what makes it wrong, the error's words)
+    ("x", lambda c: dict(x=c["x"].float()), "expected float16 or bfloat16 [tokens, width]"),
+    ("x", lambda c: dict(x=c["x"][None]), "expected float16 or bfloat16 [tokens, width]"),
+    ("x", lambda c: dict(x=[1, 2]), "got list"),
+    ("x", lambda c: dict(x=c["x"][:, ::2]), "expected (_, 1)"),
+    ("x", lambda c: dict(x=torch.zeros(1000, 4, dtype=torch.bfloat16)), "tokens = 1000 (dim 0); expected in [0, 1000)"),
+    ("y", lambda c: dict(y=c["y"][:-1]), "but x has tokens ="),
+    ("y", lambda c: dict(y=c["y"].half()), "expected bfloat16 [tokens, width]"),
+    ("index", lambda c: dict(index=torch.cat([c["index"], c["index"]])[::2]), "must be contiguous"),
+    ("index", lambda c: dict(index=c["index"].float()), "expected int32 or int64 [tokens]"),
+    ("table", lambda c: dict(table=torch.zeros(2, 4, 32, dtype=torch.uint8)[:, :, :16]), "strides (128, 32, 1)"),
+    ("table", lambda c: dict(table=torch.zeros(2, 5, 15, dtype=torch.uint8)), "expected uint8 [_, rows, 16]"),
+    ("table", lambda c: dict(table=c["table"][:1].as_strided((1, 4, 16), (2**31, 16, 1))), "must be below 2**31"),
+    ("out", lambda c: dict(out=c["y"][:1].expand_as(c["y"])), "rows overlap in memory"),
+    ("out", lambda c: dict(out=c["y"].to("meta")), "on meta, expected cpu"),
+    ("count", lambda c: dict(count=2.0), "expected an int, got float"),
+    ("count", lambda c: dict(count=True), "expected an int, got bool"),
+    ("blocks", lambda c: dict(blocks=0), "expected an int in [1, 8), got 0"),
+]
+
+
+@pytest.mark.parametrize("name, wrong, words", WRONG, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(WRONG)])
+def test_each_failure_names_its_argument(name, wrong, words):
+    call = _call()
+    with pytest.raises(ValueError) as refused:
+        ROWS.check(dict(call, **wrong(call)))
+    assert str(refused.value).startswith(f"{name}: ") and words in str(refused.value), str(refused.value)
+
+
+def test_the_first_argument_naming_a_size_binds_it():
+    call = _call(tokens=5)
+    with pytest.raises(ValueError, match=r"^index: tokens = 4 \(dim 0\), but x has tokens = 5$"):
+        ROWS.check(dict(call, index=call["index"][:4]))
+
+
+def test_declarations_that_cannot_work_are_refused_where_made():
+    with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int or a range of ints$"):
+        Arguments(x=3)
+    with pytest.raises(ValueError, match="do not match shape"):
+        Arg("a b", torch.float32, strides="_")
