@@ -149,16 +149,15 @@ def sort_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Ex
 # --- the kernel class --------------------------------------------------------------------
 
 
-def _max_tokens(value: int) -> str | None:
-    return None if value >= 1 else "must be positive"
+SIZE = range(1, 2**31)
 
 
 def _size(name: str) -> Config:
-    return Config(name, int, check=lambda value: None if 1 <= value < 2**31 else "must be in [1, 2**31)")
+    return Config(name, int, choices=SIZE)
 
 
 DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
-MAX_TOKENS = Config("max_tokens", int, check=_max_tokens, expand=BATCHES.upto)  # every bucket up to it is tuned
+MAX_TOKENS = Config("max_tokens", int, choices=SIZE, expand=BATCHES.upto)  # every bucket up to it is tuned
 STAND_IN_TOKENS = 16  # any batch: the binary is the same for all
 TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(  # selected as in vLLM's files
     experts=size_of("b", 0, warm=_size("experts")), batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)))
@@ -213,7 +212,6 @@ def _capacity(key: Any) -> int:
 # --- the public function -----------------------------------------------------------------
 
 
-SIZE = range(1, 2**31)
 ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1"), b=Arg("E N K", "a", strides="_ _ 1"),
                       topk_ids=Arg("M top_k", INDEX_DTYPES), out=Arg("M top_k N", "a", contiguous=True, optional=True),
                       topk_weights=Arg("M top_k", torch.float32, contiguous=True, optional=True),

@@ -27,6 +27,7 @@ import torch
 from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, same_device
 
 ANY = "_"  # a dimension of any size, or a stride of any value
+MOVES = "+"  # a stride of any value but 0: each index its own element (not an expanded tensor)
 
 
 def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:
@@ -40,8 +41,8 @@ class Arg:
     """One tensor argument: its ``shape`` (a name per dimension binds a size that every
     argument naming it must share; an int is that size; ``_`` any), its ``dtype`` (a dtype,
     a tuple of them, or another argument's name: the same dtype as it), and the layout its
-    kernel assumes: ``strides`` (an int per dimension it fixes, ``_`` for any; a dimension
-    of size 1 has no stride to check), ``contiguous``, ``written`` (a tensor the kernel
+    kernel assumes: ``strides`` (an int per dimension it fixes, ``_`` for any, ``+`` for any
+    but 0; a dimension of size 1 has no stride to check), ``contiguous``, ``written`` (a tensor the kernel
     writes row by row, whose rows must not overlap in memory). ``optional``: None passes."""
 
     def __init__(self, shape: str | Iterable[Any], dtype: Any, *, strides: str | Iterable[Any] | None = None,
@@ -121,7 +122,7 @@ class Arguments:
             raise ValueError(f"{name}: must be contiguous, got strides {tuple(tensor.stride())}")
         if declared.strides is not None:
             for size, stride, want in zip(tensor.shape, tensor.stride(), declared.strides):
-                if want != ANY and size > 1 and stride != want:
+                if want != ANY and size > 1 and (stride == 0 if want == MOVES else stride != want):
                     raise ValueError(f"{name}: strides {tuple(tensor.stride())}; expected "
                                      f"({', '.join(str(want) for want in declared.strides)}) where a dimension is "
                                      "longer than 1")

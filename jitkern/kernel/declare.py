@@ -41,7 +41,7 @@ class Config:
 
     ``type``: ``int``, ``bool``, ``str`` or a ``list[...]`` of one; a list's items are
     multiplied with the other fields' values. ``choices``: the values (of a list, the
-    items) allowed. ``check(value)``: why a value is refused, or None. ``expand(value)``:
+    items) allowed, or a ``range`` of ints. ``check(value)``: why a value is refused, or None. ``expand(value)``:
     the field values a value gives, when they are not the value (or its items) itself: the
     batch-size buckets up to a maximum, say.
     """
@@ -49,7 +49,7 @@ class Config:
     name: str
     type: Any
     default: Any = inspect.Parameter.empty  # none: the manifest must give it
-    choices: tuple = ()
+    choices: tuple | range = ()
     check: Callable[[Any], str | None] | None = None
     expand: Callable[[Any], list[Any]] | None = None
 
@@ -58,7 +58,9 @@ class Config:
         items = list(value) if typing.get_origin(self.type) is list else [value]
         unknown = [item for item in items if self.choices and item not in self.choices]
         if unknown:
-            raise ValueError(f"{self.name}: {unknown} not supported; use {sorted(self.choices)}")
+            allowed = (f"an int in [{self.choices.start}, {self.choices.stop})" if isinstance(self.choices, range)
+                       else sorted(self.choices))
+            raise ValueError(f"{self.name}: {unknown} not supported; use {allowed}")
         problem = self.check(value) if self.check is not None else None
         if problem:
             raise ValueError(f"{self.name}: {problem}")

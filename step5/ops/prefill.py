@@ -16,7 +16,7 @@ import torch
 
 from jitkern import (LaunchSpec, TritonJitKernel, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
                      public_call, torch_step)
-from jitkern.kernel.arguments import Arg, Arguments
+from jitkern.kernel.arguments import Arg, Arguments, describe
 from jitkern.kernel.validation import runs_on_host
 from step5.ops import prefill_fused
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES,
@@ -171,7 +171,7 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
     requests = query_start_loc.shape[0] - 1
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
     if out is not None and tuple(out.shape) != shape:
-        raise ValueError(f"out: expected [tokens // 8 + 2 * requests, 3] = {shape}, got {tuple(out.shape)}")
+        raise ValueError(f"out: expected int32 [tokens // 8 + 2 * requests, 3] = {shape}, got {describe(out)}")
     if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
         groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
         prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,

@@ -24,7 +24,7 @@ METADATA_SLOT_LIMIT = 2**31  # build_prefill_groups' metadata holds KV slots as 
 # tensors only positions (the kernels take its stride); mean's blocks only.
 ROW = Arg("tokens 1 256", torch.bfloat16)
 INDEX = Arg("tokens", INDEX_DTYPES, contiguous=True)
-POSITIONS = Arg("tokens", INDEX_DTYPES)
+POSITIONS = Arg("tokens", INDEX_DTYPES, strides="+")
 MEAN = Arg("blocks regions 256", torch.uint8, strides="_ 256 1")  # regions: block_size // 8
 RING = Arg("rows 512", torch.bfloat16, contiguous=True)
 STARTS = Arg("_", INDEX_DTYPES, contiguous=True)  # query_start_loc: requests + 1 cumulative counts
