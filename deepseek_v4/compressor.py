@@ -48,12 +48,6 @@ from deepseek_v4.kernels.compressor import compress_windows_kernel
 from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
 
-def _tiling(field: str, constant: str) -> Any:
-    """A field of the key's tiling (``compressor_tiling``), the constant it is."""
-    return derived(lambda compress_ratio, head_dim: getattr(compressor_tiling(compress_ratio, head_dim), field),
-                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
-
-
 class CompressWindowsKernel(TritonJitKernel):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine
@@ -69,10 +63,10 @@ class CompressWindowsKernel(TritonJitKernel):
         positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
         req_indices_dtype: str = dtype_of("req_indices")
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
-        scan: int = _tiling("scan", "SCAN")
-        block_d: int = _tiling("block_d", "BLOCK_D")
-        program_d: int = _tiling("program_d", "PROGRAM_D")
-        num_warps: int = _tiling("num_warps", "num_warps")
+        scan: int = derived(compressor_tiling, "scan", constexpr="SCAN")
+        block_d: int = derived(compressor_tiling, "block_d", constexpr="BLOCK_D")
+        program_d: int = derived(compressor_tiling, "program_d", constexpr="PROGRAM_D")
+        num_warps: int = derived(compressor_tiling, "num_warps", option="num_warps")
 
     def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
                         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)

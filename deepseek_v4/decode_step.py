@@ -42,12 +42,6 @@ from deepseek_v4.save_partial_states import check_save_partial_states
 from deepseek_v4.tiling import DECODE_MIN_PROGRAMS, chunk_grid, chunk_size, decode_tiling
 
 
-def _tiling(field: str, constant: str) -> Any:
-    """A field of the key's tiling (``decode_tiling``), the constant it is."""
-    return derived(lambda compress_ratio, head_dim: getattr(decode_tiling(compress_ratio, head_dim), field),
-                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
-
-
 class DecodeStepKernel(TritonJitKernel):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
@@ -64,10 +58,10 @@ class DecodeStepKernel(TritonJitKernel):
         slot_mapping_dtype: str = dtype_of("slot_mapping")
         req_indices_dtype: str = dtype_of("req_indices")
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
-        scan: int = _tiling("scan", "SCAN")
-        block_d: int = _tiling("block_d", "BLOCK_D")
-        program_d: int = _tiling("program_d", "PROGRAM_D")
-        num_warps: int = _tiling("num_warps", "num_warps")
+        scan: int = derived(decode_tiling, "scan", constexpr="SCAN")
+        block_d: int = derived(decode_tiling, "block_d", constexpr="BLOCK_D")
+        program_d: int = derived(decode_tiling, "program_d", constexpr="PROGRAM_D")
+        num_warps: int = derived(decode_tiling, "num_warps", option="num_warps")
 
     def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
                         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)

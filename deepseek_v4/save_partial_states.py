@@ -23,12 +23,6 @@ from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
 
 
-def _tiling(field: str, constant: str) -> Any:
-    """A field of the key's store tiling (``store_tiling``, from the head size), the constant it is."""
-    return derived(lambda head_size: getattr(store_tiling(head_size), field),
-                   **({"option": constant} if constant == "num_warps" else {"constexpr": constant}))
-
-
 class SavePartialStatesKernel(TritonJitKernel):
     name = "deepseek_v4.save_partial_states"
     kernel = save_partial_states_kernel
@@ -43,9 +37,9 @@ class SavePartialStatesKernel(TritonJitKernel):
         positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
         slot_mapping_dtype: str = dtype_of("slot_mapping")
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
-        tokens: int = _tiling("tokens", "TOKENS")
-        block_h: int = _tiling("block_h", "BLOCK_H")
-        num_warps: int = _tiling("num_warps", "num_warps")
+        tokens: int = derived(store_tiling, "tokens", constexpr="TOKENS")
+        block_h: int = derived(store_tiling, "block_h", constexpr="BLOCK_H")
+        num_warps: int = derived(store_tiling, "num_warps", option="num_warps")
 
     def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
                         index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)

@@ -102,9 +102,17 @@ def computed(function: Callable[..., Any], *, warm: Any = None, constexpr: str |
     return _field(Field("value", tuple(inspect.signature(function).parameters), function, warm, constexpr, option))
 
 
-def derived(function: Callable[..., Any], *, constexpr: str | None = None, option: str | None = None) -> Any:
-    """``function`` of the key fields its parameters name (a tiling of the head size)."""
-    return _field(Field("derived", tuple(inspect.signature(function).parameters), function, None, constexpr, option))
+def derived(function: Callable[..., Any], attribute: str | None = None, *, constexpr: str | None = None,
+            option: str | None = None) -> Any:
+    """``function`` of the key fields its parameters name (a tiling of the head size), or
+    that result's ``attribute`` (one field of the tiling)."""
+    reads = tuple(inspect.signature(function).parameters)
+    if attribute is not None:
+        whole = function
+
+        def function(*fields: Any) -> Any:
+            return getattr(whole(*fields), attribute)
+    return _field(Field("derived", reads, function, None, constexpr, option))
 
 
 def fixed(value: Any, *, constexpr: str | None = None, option: str | None = None) -> Any:

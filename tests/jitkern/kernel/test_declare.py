@@ -4,6 +4,7 @@ declaration that cannot work refused where it is made, in one line."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,6 +38,7 @@ def scale_rows(name: str, **attributes):
         width: int = size_of("x", 1, constexpr="WIDTH", warm=WIDTHS)
         scale: int = argument("scale", constexpr="SCALE", warm=[2])
         double_width: int = derived(lambda width: 2 * width)
+        half_width: int = derived(lambda width: SimpleNamespace(half=width // 2), "half")  # an attribute of a tiling
         num_warps: int = fixed(1, option="num_warps")
 
     def __call__(self, compile_key, x, out, scale: int = 2) -> LaunchSpec:
@@ -66,7 +68,7 @@ def test_the_declarations_give_dispatch_warmup_keys_constants_and_stand_ins():
     x = torch.randn(5, 64)
     spec = kernel.launch_spec(x, torch.empty_like(x), scale=3)
     assert spec.key == kernel.dispatch(dtype=torch.float32, width=64, scale=3, num_warps=1)
-    assert spec.key.double_width == 128 and spec.grid == (5,)
+    assert (spec.key.double_width, spec.key.half_width) == (128, 32) and spec.grid == (5,)
     assert kernel.launch_spec(x, torch.empty_like(x)).key.scale == 2  # the default of __call__
 
 
