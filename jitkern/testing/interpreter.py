@@ -14,7 +14,11 @@
 - At each call of a ``@triton.jit`` function from a kernel it patches the builtins of
   ``triton.language`` again, listing every member of each module with
   ``inspect.getmembers`` to find them (a third of a DeepSeek V4 test). Here each module's
-  builtins are listed once; each is still patched as the interpreter patches it.
+  builtins are listed once; each is still patched as the interpreter patches it. And a
+  call from a kernel into language modules already patched during the launch patches
+  nothing again (what it would patch is patched, until the launch restores it).
+- It builds a table of numpy dtypes at each conversion of a Triton dtype (tens of
+  thousands a launch); here each dtype is converted once.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from jitkern.kernel.interpreter import jit_callees
 @contextlib.contextmanager
 def quick_interpreter() -> Iterator[None]:
     """Within the block, Triton's interpreter reduces with a kernel's combine function
-    pairwise over whole blocks and lists each module's builtins once (see the module)."""
+    pairwise over whole blocks, lists each module's builtins once, patches the language
+    once a launch and converts each dtype once (see the module)."""
     from triton.runtime import interpreter
     from triton.runtime.interpreter import ReduceOps
 
@@ -58,11 +63,45 @@ def quick_interpreter() -> Iterator[None]:
     for module in (triton_language, triton_language.core, triton_language.tensor, triton_language.math,
                    triton_language.core.tensor_descriptor_base):
         _builtin_names(module)  # listed now, before a launch patches them
+    patch_lang, numpy_dtype = interpreter._patch_lang, interpreter._get_np_dtype
+    launch_patched: set = set()  # the language modules patched since the running launch began
+
+    def patch_lang_once(fn):
+        languages = _languages(fn)
+        if not launch_patched:  # a launch: its scope restores what it patched
+            scope = patch_lang(fn)
+            restore = scope.restore
+            scope.restore = lambda: (restore(), launch_patched.clear())
+        elif languages <= launch_patched:  # a call from the kernel, into modules already patched
+            return None  # the interpreter drops what a call's patch returns (and never restores it)
+        else:  # tl.sum of a kernel that sees only triton.language: triton.language.core too
+            scope = patch_lang(fn)
+        launch_patched.update(languages)
+        return scope
+
+    scalar_dtype = functools.cache(numpy_dtype)
+
+    def numpy_dtype_once(dtype):
+        if isinstance(dtype, triton_language.block_type):
+            dtype = dtype.element_ty
+        if isinstance(dtype, triton_language.pointer_type):  # not hashable; the interpreter's answer is quick
+            return numpy_dtype(dtype)
+        return scalar_dtype(dtype)
+
     ReduceOps.generic_reduce, interpreter._patch_builtin = pairwise, patch_listed_builtins
+    interpreter._patch_lang, interpreter._get_np_dtype = patch_lang_once, numpy_dtype_once
     try:
         yield
     finally:
         ReduceOps.generic_reduce, interpreter._patch_builtin = one_by_one, patch_builtins
+        interpreter._patch_lang, interpreter._get_np_dtype = patch_lang, numpy_dtype
+
+
+@functools.cache
+def _languages(fn) -> frozenset:
+    """The ``triton.language`` modules ``fn``'s globals hold, which a launch of it patches."""
+    return frozenset(value for value in fn.__globals__.values()
+                     if value is triton_language or value is triton_language.core)
 
 
 @functools.cache

@@ -102,12 +102,19 @@ def test_a_combine_that_needs_scalars_takes_the_interpreters_loop():
 def test_the_language_is_whole_after_a_launch_and_the_interpreter_after_the_block():
     from triton.runtime import interpreter
 
-    before = interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin
+    def replaced():
+        return (interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin, interpreter._patch_lang,
+                interpreter._get_np_dtype)
+
+    before = replaced()
     with quick_interpreter():
-        assert (interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin) != before
+        assert all(now is not then for now, then in zip(replaced(), before))
         x, out = torch.randn(8), torch.full((1,), 7.5)
-        add_then_max[(1,)](x, out, 8)
-        assert out.item() == (x + 1).max().item()
+        with pytest.raises(Exception):  # a launch that fails restores the language too
+            add_then_max[(1,)](x, out, "eight")
+        for _ in range(2):  # the second launch patches again what the first restored
+            add_then_max[(1,)](x, out, 8)
+            assert out.item() == (x + 1).max().item()
         # as after the interpreter's own launch (which leaves tl.core's names patched by a nested call)
         assert all(tl.core.is_builtin(member) for member in (tl.maximum, tl.load, tl.tensor.__add__, tl.math.exp))
-    assert (interpreter.ReduceOps.generic_reduce, interpreter._patch_builtin) == before
+    assert replaced() == before
