@@ -242,7 +242,6 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
     if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
         kernel = GroupedGemmKernel()
-        key = kernel.dispatch(dtype=a.dtype, n=n, k=a.shape[1], top_k=top_k, mul_routed_weight=topk_weights is not None,
-                              experts=b.shape[0], batch=BATCHES.of(tokens))  # the tile its launch takes
-        kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], key.block_size_m), topk_weights)
+        block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).block_size_m  # of the tile it launches
+        kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], block_m), topk_weights)
     return c

@@ -245,6 +245,14 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         """The spec ``__call__`` would launch for these inputs, without launching."""
         return type(self)._build_launch_spec(self, *args, **inputs)
 
+    def key_for(self, **arguments: Any) -> CompileKeyT:
+        """The key a call with ``arguments`` (by ``__call__``'s names) takes; those no field
+        reads may be left out: what a public function needs before it has them (the tile
+        whose BLOCK_M its host-side sorting pads to)."""
+        if self._declaration is None:
+            raise NotImplementedError(f"{self.name}: key_for needs declared CompileKey fields")
+        return self.dispatch(**self._declaration.read_from(arguments))
+
     def spec_for(self, key: CompileKeyT, /, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec these inputs launch with ``key``'s tuned fields (a candidate, which no table
         need pick: stand-ins at warmup, a candidate timed by ``jitkern.tuning``), their key

@@ -123,6 +123,22 @@ class Declaration:
                 fields.update(self.winners.pick(self._bucket(fields, given)))
         return self.key_class(**fields)
 
+    def read_from(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The values the fields read from ``arguments`` (a parameter left out: its default)."""
+        given = {parameter.name: parameter.default for parameter in self.parameters
+                 if parameter.default is not parameter.empty} | arguments
+        values = {}
+        for name in self.read:
+            field = self.reading[name]
+            missing = [read for read in field.reads if read not in given]
+            if missing:
+                raise TypeError(f"{self.name}: {name} reads {', '.join(missing)}, which the arguments lack")
+            first = given[field.reads[0]]
+            values[name] = (first.dtype if field.kind == "dtype" else first if field.function is None
+                            else first.shape[field.function.dim] if isinstance(field.function, Size)
+                            else field.function(*(given[read] for read in field.reads)))
+        return values
+
     def _bucket(self, fields: dict[str, Any], given: dict[str, Any]) -> tuple:
         missing = [name for name in (*self.winners.untuned_names, *self.selectors)
                    if name not in fields and name not in self.defaults and name not in given]

@@ -70,6 +70,10 @@ def test_the_declarations_give_dispatch_warmup_keys_constants_and_stand_ins():
     assert spec.key == kernel.dispatch(dtype=torch.float32, width=64, scale=3, num_warps=1)
     assert (spec.key.double_width, spec.key.half_width) == (128, 32) and spec.grid == (5,)
     assert kernel.launch_spec(x, torch.empty_like(x)).key.scale == 2  # the default of __call__
+    assert kernel.key_for(x=x, scale=3) == spec.key  # before the call has an out: no field reads it
+    assert kernel.key_for(x=x).scale == 2
+    with pytest.raises(TypeError, match="dtype reads x, which the arguments lack"):
+        kernel.key_for(out=x)
 
 
 def test_a_declared_kernel_computes_and_loads_from_a_manifest(tmp_path):
