@@ -218,7 +218,8 @@ def _binary_record(name: str, binary_key: BinaryKey, binary: Any, kernel: Any) -
     metadata = next((file for file in group if file.endswith(".json")), "")
     binary_file = f"{os.path.splitext(metadata)[0]}.{make_backend(binary.metadata.target).binary_ext}"
     direct = kernel.binaries.direct_of(binary_key)
-    if binary_file not in group or getattr(src, "fn", None) is not kernel.kernel or direct is None:
+    if binary_file not in group or getattr(src, "fn", None) is not kernel.kernel or direct is None \
+            or direct.binary is not binary:  # a launch built for another binary: its arguments are not this one's
         raise NotRemembered(name)
     stats = _entry_stats(group, metadata)  # before the metadata is read: a later rewrite changes them
     with open(group[metadata]) as file:

@@ -6,6 +6,7 @@ import gc
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -187,6 +188,24 @@ def test_a_triton_whose_compiled_kernel_holds_more_is_never_remembered(deploymen
     monkeypatch.setattr(CompiledKernel, "__init__", holding_more)
     load([str(manifest)])
     assert not os.path.exists(os.path.join(settings.current().state_dir, load_memo.MEMO_FOLDER))
+    forget_all_binaries()
+    looked_up = full_paths(monkeypatch)
+    (loaded,) = load([str(manifest)])
+    assert len(looked_up) == loaded.binaries == len(entries)
+
+
+def test_a_binary_held_with_a_launch_built_for_another_is_never_remembered(deployment, monkeypatch):
+    """The memo pairs each loaded binary with the direct launch its table holds for that
+    key and layout. A launch built for another binary (the slot taken since) would bind
+    its argument list to this binary in the next process: nothing is written."""
+    manifest, entries, _calls = deployment
+    table = registry.get_kernel(AXPY).binaries
+    held = table.direct_of
+    monkeypatch.setattr(table, "direct_of", lambda binary_key: SimpleNamespace(binary=object(),
+                                                                                recipe=held(binary_key).recipe))
+    load([str(manifest)])
+    assert not os.path.exists(os.path.join(settings.current().state_dir, load_memo.MEMO_FOLDER))
+    monkeypatch.delattr(table, "direct_of")  # the class's own again
     forget_all_binaries()
     looked_up = full_paths(monkeypatch)
     (loaded,) = load([str(manifest)])
