@@ -1,9 +1,8 @@
 """``out = alpha * x + y``: the smallest complete jitkern kernel.
 
-It shows every piece a kernel needs (a declared key, stand-ins, a launcher, a public
-function) and gives the CLI and tests something real to compile. Its key names only what
-the kernel decides (dtype, block size): which of x, y and out are 16-byte aligned, and the
-class of ``n_elements``, jitkern derives from Triton.
+It shows every piece a kernel needs (a declared key, stand-ins, a launcher, a public function) and gives
+the CLI and tests something real to compile. Its key names only what the kernel decides (dtype, block size):
+which of x, y and out are 16-byte aligned, and the class of ``n_elements``, jitkern derives from Triton.
 """
 
 from __future__ import annotations
@@ -15,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import Config, LaunchSpec, Tensor, TritonJitKernel, argument, cdiv, dtype_of, kernel_launcher, public_call
+from jitkern import (Arg, Arguments, Config, LaunchSpec, Tensor, TritonJitKernel, argument, cdiv, dtype_of,
+                     kernel_launcher, public_call)
 
 DTYPES = Config("dtypes", list[str], choices=("float32", "float16", "bfloat16"))
 BLOCK_SIZES = Config("block_sizes", list[int], default=[1024])
@@ -52,28 +52,21 @@ class AxpyKernel(TritonJitKernel):
                           kwargs=dict(X_ptr=x, Y_ptr=y, Out_ptr=out, alpha=alpha, n_elements=n_elements), result=out)
 
 
+ARGUMENTS = Arguments(x=Arg("*shape", tuple(getattr(torch, name) for name in DTYPES.choices), contiguous=True),
+                      y=Arg("*shape", "x", contiguous=True), out=Arg("*shape", "x", contiguous=True, optional=True))
+
+
 @public_call(op="jitkern_examples::axpy", mutates=["out"], returns="out")
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``alpha * x + y`` for contiguous tensors of one dtype and size."""
-    for name, tensor in (("x", x), ("y", y), ("out", out)):
-        if not isinstance(tensor, torch.Tensor) and not (name == "out" and tensor is None):
-            raise ValueError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise ValueError(f"x: dtype {x.dtype} not supported; use one of {sorted(DTYPES.choices)}")
+    ARGUMENTS.check(locals())
     if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
         raise ValueError(f"alpha: expected a float, got {type(alpha).__name__}")
     alpha = float(alpha)  # an int is another Triton binary (i32, and 1 is specialised): the warmed one is float
-    if out is None:
-        out = torch.empty_like(x)
-    for name, tensor in (("y", y), ("out", out)):
-        if tensor.shape != x.shape or tensor.dtype != x.dtype or tensor.device != x.device:
-            raise ValueError(f"{name}: expected {x.dtype} {tuple(x.shape)} on {x.device} like x, got "
-                             f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
-    for name, tensor in (("x", x), ("y", y), ("out", out)):
-        if not tensor.is_contiguous():
-            raise ValueError(f"{name}: must be contiguous")
     if x.numel() >= 2**31:  # offsets are i32 in the kernel (and n_elements an i32 binary)
         raise ValueError(f"x: {x.numel()} elements; at most 2**31 - 1")
+    if out is None:
+        out = torch.empty_like(x)
     if x.numel():
         AxpyKernel()(x, y, out, alpha)
     return out

@@ -39,7 +39,8 @@ def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:
 
 class Arg:
     """One tensor argument: its ``shape`` (a name per dimension binds a size that every
-    argument naming it must share; an int is that size; ``_`` any), its ``dtype`` (a dtype,
+    argument naming it must share; an int is that size; ``_`` any; ``*name`` alone, any
+    rank, the whole shape bound as one), its ``dtype`` (a dtype,
     a tuple of them, or another argument's name: the same dtype as it), and the layout its
     kernel assumes: ``strides`` (an int per dimension it fixes, ``_`` for any, ``+`` for any
     but 0; a dimension of size 1 has no stride to check), ``contiguous``, ``written`` (a tensor the kernel
@@ -48,6 +49,8 @@ class Arg:
     def __init__(self, shape: str | Iterable[Any], dtype: Any, *, strides: str | Iterable[Any] | None = None,
                  contiguous: bool = False, written: bool = False, optional: bool = False) -> None:
         self.shape = _words(shape)
+        whole = self.shape[0] if len(self.shape) == 1 and isinstance(self.shape[0], str) else ""
+        self.whole = whole[1:] if whole.startswith("*") else None  # "*shape": any rank, the whole shape named
         self.dtypes = (dtype,) if isinstance(dtype, (torch.dtype, str)) else tuple(dtype)
         self.strides = _words(strides) if strides is not None else None
         if self.strides is not None and len(self.strides) != len(self.shape):
@@ -55,9 +58,11 @@ class Arg:
         self.contiguous, self.written, self.optional = contiguous, written, optional
 
     def expected(self, dtypes: tuple[torch.dtype, ...]) -> str:
-        """``bfloat16 [tokens, 1, 256]``: what the error says was expected."""
+        """``bfloat16 [tokens, 1, 256]`` (``float16 (a's dtype) [E, N, K]``): what the error
+        says was expected."""
         names = " or ".join(dtype_name(dtype) for dtype in dtypes)
-        return f"{names} [{', '.join(str(size) for size in self.shape)}]"
+        like = "".join(f" ({name}'s dtype)" for name in self.dtypes if isinstance(name, str))
+        return f"{names}{like} [{', '.join(str(size) for size in self.shape)}]"
 
 
 class Checked:
@@ -102,10 +107,17 @@ class Arguments:
     def _check_tensor(self, name: str, tensor: Any, declared: Arg, tensors: dict[str, torch.Tensor],
                       sizes: dict[str, int], bound_by: dict[str, str]) -> None:
         dtypes = tuple(tensors[dtype].dtype if isinstance(dtype, str) else dtype for dtype in declared.dtypes)
-        if not isinstance(tensor, torch.Tensor) or tensor.dtype not in dtypes or tensor.dim() != len(declared.shape) \
-                or any(type(want) is int and size != want for size, want in zip(tensor.shape, declared.shape)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype not in dtypes or declared.whole is None and (
+                tensor.dim() != len(declared.shape)
+                or any(type(want) is int and size != want for size, want in zip(tensor.shape, declared.shape))):
             raise ValueError(f"{name}: expected {declared.expected(dtypes)}, got {describe(tensor)}")
-        for dim, (size, want) in enumerate(zip(tensor.shape, declared.shape)):
+        if declared.whole is not None:
+            shape, want = tuple(tensor.shape), declared.whole
+            if want in sizes and shape != sizes[want]:
+                raise ValueError(f"{name}: {want} = {shape}, but {bound_by[want]} has {want} = {sizes[want]}")
+            sizes.setdefault(want, shape)
+            bound_by.setdefault(want, name)
+        for dim, (size, want) in enumerate(zip(tensor.shape, () if declared.whole else declared.shape)):
             if type(want) is int or want == ANY:
                 continue
             if want in sizes:

@@ -43,16 +43,17 @@ def check_strides_below_i32(name: str, tensor: torch.Tensor) -> None:
 def same_device(**tensors: torch.Tensor) -> torch.device:
     """The one device of all ``tensors`` (named as the function's parameters).
 
-    The error names the tensor that is elsewhere: the expected device is the one most of
-    them are on (in a tie, the first named's), so one stray argument is the one blamed.
+    The error names the tensor that is elsewhere and one on the expected device: the one
+    most of them are on (in a tie, the first named's), so one stray argument is the one blamed.
     """
     devices = [tensor.device for tensor in tensors.values()]
     if devices.count(devices[0]) == len(devices):
         return devices[0]
     expected = max(devices, key=devices.count)  # max keeps the first of equal counts
+    like = next(name for name, tensor in tensors.items() if tensor.device == expected)
     for name, tensor in tensors.items():
         if tensor.device != expected:
-            raise ValueError(f"{name}: on {tensor.device}, expected {expected} like the other inputs")
+            raise ValueError(f"{name}: on {tensor.device}, expected {expected} like {like}")
     return expected
 
 

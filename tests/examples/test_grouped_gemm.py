@@ -122,7 +122,7 @@ BAD_INPUTS = [
     (dict(a=torch.randn(4, 16)), "a: expected float16 or bfloat16 [M, K], got float32 (4, 16)"),
     (dict(a=torch.randn(16, 4, dtype=torch.float16).t()), "a: strides (1, 4); expected (_, 1)"),
     (dict(b=torch.randn(3, 8, 15, dtype=torch.float16)), "b: K = 15 (dim 2), but a has K = 16"),
-    (dict(b=torch.randn(8, 16, dtype=torch.float16)), "b: expected float16 [E, N, K], got float16 (8, 16)"),
+    (dict(b=torch.randn(8, 16, dtype=torch.float16)), "b: expected float16 (a's dtype) [E, N, K], got float16 (8, 16)"),
     (dict(b=torch.randn(0, 8, 16, dtype=torch.float16)), "b: E = 0 (dim 0); expected in [1, 2147483648)"),
     (dict(topk_ids=torch.zeros(4, 2)), "topk_ids: expected int32 or int64 [M, top_k]"),
     (dict(topk_ids=torch.zeros(5, 2, dtype=torch.int64)), "topk_ids: M = 5 (dim 0), but a has M = 4"),

@@ -46,7 +46,7 @@ WRONG = [  # (argument named, what makes it wrong, the error's words)
     ("x", lambda c: dict(x=c["x"][:, ::2]), "expected (_, 1)"),
     ("x", lambda c: dict(x=torch.zeros(1000, 4, dtype=torch.bfloat16)), "tokens = 1000 (dim 0); expected in [0, 1000)"),
     ("y", lambda c: dict(y=c["y"][:-1]), "but x has tokens ="),
-    ("y", lambda c: dict(y=c["y"].half()), "expected bfloat16 [tokens, width]"),
+    ("y", lambda c: dict(y=c["y"].half()), "expected bfloat16 (x's dtype) [tokens, width]"),
     ("index", lambda c: dict(index=torch.cat([c["index"], c["index"]])[::2]), "must be contiguous"),
     ("index", lambda c: dict(index=c["index"].float()), "expected int32 or int64 [tokens]"),
     ("table", lambda c: dict(table=torch.zeros(2, 4, 32, dtype=torch.uint8)[:, :, :16]), "strides (128, 32, 1)"),
@@ -79,3 +79,14 @@ def test_declarations_that_cannot_work_are_refused_where_made():
         Arguments(x=3)
     with pytest.raises(ValueError, match="do not match shape"):
         Arg("a b", torch.float32, strides="_")
+
+
+def test_a_whole_shape_of_any_rank_binds_as_one():
+    same = Arguments(x=Arg("*shape", torch.float32), y=Arg("*shape", "x", contiguous=True))
+    for rank in range(4):
+        shape = tuple(random.randint(1, 5) for _ in range(rank))
+        assert same.check(dict(x=torch.randn(shape), y=torch.randn(shape))).shape == shape
+    with pytest.raises(ValueError, match=r"^y: shape = \(2, 3\), but x has shape = \(3, 2\)$"):
+        same.check(dict(x=torch.randn(3, 2), y=torch.randn(2, 3)))
+    with pytest.raises(ValueError, match=r"^x: expected float32 \[\*shape\], got float16"):
+        same.check(dict(x=torch.randn(3).half(), y=torch.randn(3)))

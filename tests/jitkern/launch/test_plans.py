@@ -1,6 +1,7 @@
 """Public calls repeated from a plan pass the launcher exactly what a full call passes, and
 every input outside the planned signature takes the full call (its checks, its errors)."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,13 +79,13 @@ def test_inputs_outside_the_plan_run_in_full_and_fail_as_before(launcher_calls):
     axpy(x, y, 2.0, out)
     assert planned(axpy) == 1
     for _ in range(3):  # a bad call is never planned: it raises every time
-        with pytest.raises(ValueError, match="out: expected torch.float32 \\(1000,\\)"):
+        with pytest.raises(ValueError, match=re.escape("out: shape = (999,), but x has shape = (1000,)")):
             axpy(x, y, 2.0, torch.empty(999))
         with pytest.raises(ValueError, match="must be contiguous"):
             axpy(x, y, 2.0, torch.empty(2000)[::2])
         with pytest.raises(ValueError, match="alpha: expected a float"):
             axpy(x, y, "2", out)
-        with pytest.raises(ValueError, match="y: expected torch.float32"):
+        with pytest.raises(ValueError, match=re.escape("y: expected float32 (x's dtype) [*shape], got float64")):
             axpy(x, torch.empty(1000, dtype=torch.float64), 2.0, out)
     launcher_calls.clear()
     axpy(x, y, 3.5, out)  # the plan: a float's value goes to the kernel as it is
