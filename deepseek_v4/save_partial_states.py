@@ -139,7 +139,7 @@ def save_partial_states(
 
 STORE = Arguments(kv=floats("tokens H"), score=floats("tokens H"), ape=floats("ratio _"),
                   state_cache=floats("blocks block _", written=True), positions=INDEX, slot_mapping=INDEX,
-                  block_size=POSITIVE, state_width=int, sizes=dict(H=range(1, 2**31)))
+                  block_size=POSITIVE, state_width=int, sizes=dict(H=POSITIVE))
 
 
 def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,

@@ -135,8 +135,7 @@ class Declaration:
                 raise TypeError(f"{self.name}: {name} reads {', '.join(missing)}, which the arguments lack")
             first = given[field.reads[0]]
             values[name] = (first.dtype if field.kind == "dtype" else first if field.function is None
-                            else first.shape[field.function.dim] if isinstance(field.function, Size)
-                            else field.function(*(given[read] for read in field.reads)))
+                            else field.function(*(given[read] for read in field.reads)))  # a Size too
         return values
 
     def _bucket(self, fields: dict[str, Any], given: dict[str, Any]) -> tuple:
