@@ -6,6 +6,7 @@ import collections
 import contextlib
 import os
 import sys
+import types
 from typing import Any, Iterator
 
 
@@ -33,6 +34,20 @@ def compiled_kernel(src: Any, record: dict, files: dict[str, str]) -> Any:
     return kernel
 
 
+def _as_imported(module: types.ModuleType) -> types.ModuleType:
+    """A new module object holding what ``module`` holds now.
+
+    Every launcher is the extension module ``__triton_launcher``, of single-phase init.
+    CPython imports a file of it loaded before in the process (by an earlier ``load()``
+    or launch) into the one module object ``sys.modules`` holds under that name, its
+    attributes replaced by the file's: the object Triton returned for one source shows
+    another launcher's ``launch`` once another file is imported again. Triton reads
+    ``launch`` at once; an object kept for later must not change."""
+    copy = types.ModuleType(module.__name__)
+    copy.__dict__.update(vars(module))
+    return copy
+
+
 @contextlib.contextmanager
 def sharing_identical_work() -> Iterator[None]:
     """Within the block, what Triton makes for each binary alike is made once.
@@ -42,7 +57,7 @@ def sharing_identical_work() -> Iterator[None]:
       classes would differ only in identity, which nothing compares.
     - Each launcher looks its C module up by the sha256 of its source, in the cache (which
       reads the module whole, to check it against the lock) and imports it: one lookup per
-      source here; the module is the same either way.
+      source here, kept as what the module holds when it is imported (``_as_imported``).
     - CUDA's launcher writes that C source from the binary's argument types alone
       (``make_launcher`` ignores the constants' values): once per signature here, not per
       binary (the 293 shipped binaries have 45 signatures).
@@ -65,7 +80,7 @@ def sharing_identical_work() -> Iterator[None]:
     def compile_module_from_src(src, name, library_dirs=None, include_dirs=None, libraries=None, ccflags=None):
         key = (src, name, *(tuple(value or ()) for value in (library_dirs, include_dirs, libraries, ccflags)))
         if key not in modules:
-            modules[key] = original_module(src, name, library_dirs, include_dirs, libraries, ccflags)
+            modules[key] = _as_imported(original_module(src, name, library_dirs, include_dirs, libraries, ccflags))
         return modules[key]
 
     def make_launcher(constants, signature, tensordesc_meta):

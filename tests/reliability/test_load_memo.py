@@ -453,3 +453,29 @@ def test_a_memo_load_writes_each_cuda_launcher_source_once_per_signature(monkeyp
     assert sources[0] == sources[1] != sources[2]
     assert [types for _, types, _ in written] == [signature, other_types]
     assert cuda_driver.make_launcher.__name__ == "<lambda>"  # put back as it was
+
+
+def test_a_host_module_kept_for_a_source_stays_that_source_s_module(triton_cache):
+    """Every launcher is one extension module name, ``__triton_launcher``: CPython imports a
+    file of it loaded before into the one module object ``sys.modules`` holds under that
+    name, and replaces its attributes with that file's. The module a memo ``load()`` keeps
+    for a source must still be that source's once another launcher is imported again."""
+    from triton.runtime import build
+
+    def source(value: int) -> str:
+        return f"""
+#include <Python.h>
+static PyObject *value(PyObject *self, PyObject *args) {{ return PyLong_FromLong({value}); }}
+static PyMethodDef methods[] = {{{{"value", value, METH_NOARGS, NULL}}, {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef def = {{PyModuleDef_HEAD_INIT, "jitkern_same_name", NULL, -1, methods}};
+PyMODINIT_FUNC PyInit_jitkern_same_name(void) {{ return PyModule_Create(&def); }}
+"""
+
+    sources = {value: source(value) for value in (1, 2)}
+    for text in sources.values():  # loaded once before, as an earlier load() or launch does
+        build.compile_module_from_src(text, "jitkern_same_name")
+    with compiled.sharing_identical_work():  # which keeps one module a source
+        one = build.compile_module_from_src(sources[1], "jitkern_same_name")
+        two = build.compile_module_from_src(sources[2], "jitkern_same_name")
+        assert build.compile_module_from_src(sources[1], "jitkern_same_name") is one
+    assert one.value() == 1 and two.value() == 2
