@@ -1,5 +1,5 @@
 """What the store and the compressor share: each compression ratio's geometry, the float
-dtype, the engine's PDL request, the tensor arguments.
+dtype, the engine's PDL request, the manifest config that warms them, the tensor arguments.
 
 The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
 validation and the kernels' launchers cannot disagree on a width or a block size.
@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from jitkern import Config, Warm
 from jitkern.kernel.arguments import Arg
 from jitkern.kernel.validation import INDEX_DTYPES, INDEX_DTYPES_BY_NAME, device_has_pdl
 
@@ -45,12 +46,19 @@ def ratio_geometry(compress_ratio: Any) -> RatioGeometry:
     return geometry
 
 
-def index_dtype_names(names: list[str]) -> list[torch.dtype]:
-    """Manifest index dtype names -> dtypes; an unknown name is a ``ValueError``."""
-    unknown = [name for name in names if name not in INDEX_DTYPES_BY_NAME]
-    if unknown:
-        raise ValueError(f"index_dtypes: unknown {unknown}; use {sorted(INDEX_DTYPES_BY_NAME)}")
-    return [INDEX_DTYPES_BY_NAME[name] for name in names]
+def key_width(key: Any) -> int:
+    """``W`` of a compile key with ``compress_ratio`` and ``head_dim`` fields."""
+    return ratio_geometry(key.compress_ratio).state_width(key.head_dim)
+
+
+# A deployment's config (a manifest entry's): its geometry, the index dtypes its engine passes, PDL.
+COMPRESS_RATIO = Config("compress_ratio", int, choices=tuple(RATIOS))
+HEAD_DIM = Config("head_dim", int, choices=range(1, 2**31))
+INDEX_DTYPE_NAMES = Config("index_dtypes", list[str], default=["int32", "int64"], choices=tuple(INDEX_DTYPES_BY_NAME))
+LAUNCH_PDL = Config("launch_pdl", bool, default=False)
+BLOCK_SIZE = Warm(lambda compress_ratio: [RATIOS[compress_ratio].block_size], COMPRESS_RATIO)  # the spec's table
+STATE_WIDTH = Warm(lambda head_dim, compress_ratio: [RATIOS[compress_ratio].state_width(head_dim)], HEAD_DIM,
+                   COMPRESS_RATIO)
 
 
 def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:

@@ -38,12 +38,12 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
-                     launch_stride, public_call)
+from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, derived, dtype_of, kernel_launcher, launch_stride,
+                     public_call)
 from jitkern.kernel.arguments import Arg, Arguments
 from jitkern.kernel.validation import check_int, runs_on_host, use_gdc
-from deepseek_v4.common import (FLOAT_DTYPE, INDEX, POSITIVE, RATIOS, floats, index_dtype_names, ratio_geometry,
-                                resolve_pdl)
+from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, HEAD_DIM, INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL,
+                                POSITIVE, RATIOS, floats, key_width, ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.compressor import compress_windows_kernel
 from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
@@ -52,49 +52,24 @@ class CompressWindowsKernel(TritonJitKernel):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine
     kernel = compress_windows_kernel
+    stand_ins = dict(state_cache=Tensor((1, "block_size", lambda key: 2 * key_width(key))), positions=Tensor((1,)),
+                     block_table=Tensor((1, 16), varying=(0, 1)),  # max_blocks varies with the context length
+                     req_indices=Tensor((1,)), out=Tensor((1, "head_dim"), "dtype"))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
-        head_dim: int = argument("head_dim", constexpr="HEAD_DIM")
-        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
-        dtype: str = dtype_of("state_cache")  # state_cache and out (float32; the public function checks)
-        block_table_dtype: str = dtype_of("block_table")  # int32
-        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
-        req_indices_dtype: str = dtype_of("req_indices")
-        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
+        head_dim: int = argument("head_dim", constexpr="HEAD_DIM", warm=HEAD_DIM)
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        dtype: str = dtype_of("state_cache", warm=[FLOAT_DTYPE])  # state_cache and out (the public function checks)
+        block_table_dtype: str = dtype_of("block_table", warm=[torch.int32])
+        positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+        req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)
         scan: int = derived(compressor_tiling, "scan", constexpr="SCAN")
         block_d: int = derived(compressor_tiling, "block_d", constexpr="BLOCK_D")
         program_d: int = derived(compressor_tiling, "program_d", constexpr="PROGRAM_D")
         num_warps: int = derived(compressor_tiling, "num_warps", option="num_warps")
-
-    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
-                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-                        launch_pdl: bool = False) -> list[CompileKey]:
-        """The keys of a deployment's geometry (spec table), for each index dtype pair."""
-        geometry = RATIOS.get(compress_ratio)
-        if head_dim <= 0 or geometry is None:
-            return []
-        dtypes = index_dtype_names(index_dtypes)
-        return keys.unique_keys(self.dispatch, keys.product(
-            compress_ratio=[compress_ratio], head_dim=[head_dim], block_size=[geometry.block_size], dtype=[FLOAT_DTYPE],
-            block_table_dtype=[torch.int32], positions_dtype=dtypes, req_indices_dtype=dtypes, launch_pdl=[launch_pdl]))
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        """A dense cache ``[blocks, block_size, 2W]``, ``out`` ``[tokens, head_dim]`` as allocated
-        (16-byte aligned: Triton specialises on where a tensor starts, not on where its rows
-        do), and a block table whose rows hold ``max_blocks`` entries, which varies with the
-        deployment's context length."""
-        dtype = getattr(torch, key.dtype)
-        width = ratio_geometry(key.compress_ratio).state_width(key.head_dim)
-        return dict(
-            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
-            block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
-            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
-            req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
-            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
-            compress_ratio=key.compress_ratio, head_dim=key.head_dim, block_size=key.block_size,
-            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         geometry = ratio_geometry(key.compress_ratio)
@@ -121,18 +96,9 @@ class CompressWindowsKernel(TritonJitKernel):
 
 
 @public_call(op="deepseek_v4::compress_windows", mutates=["out"], returns="out")
-def compress_windows(
-    state_cache: torch.Tensor,
-    block_table: torch.Tensor,
-    positions: torch.Tensor,
-    req_indices: torch.Tensor,
-    out: torch.Tensor,
-    compress_ratio: int,
-    head_dim: int,
-    block_size: int,
-    pdl_kwargs: dict | None = None,
-    max_position: int | None = None,
-) -> torch.Tensor:
+def compress_windows(state_cache: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor,
+                     req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
+                     pdl_kwargs: dict | None = None, max_position: int | None = None) -> torch.Tensor:
     """Write the compressed entry of every window closed by a token into ``out[token]``.
 
     ``state_cache``: float32 ``[blocks, block_size, >= 2W]`` as ``save_partial_states``
@@ -150,19 +116,9 @@ def compress_windows(
     device = check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim,
                                     block_size, max_position)
     launch_pdl = resolve_pdl(pdl_kwargs, device)
-    tokens = positions.shape[0]
-    if tokens:
-        CompressWindowsKernel()(
-            state_cache,
-            block_table,
-            positions,
-            req_indices,
-            out,
-            compress_ratio,
-            head_dim,
-            block_size,
-            launch_pdl=launch_pdl,
-        )
+    if positions.shape[0]:
+        CompressWindowsKernel()(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim, block_size,
+                                launch_pdl=launch_pdl)
     return out
 
 

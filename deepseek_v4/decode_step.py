@@ -32,10 +32,11 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, cdiv, derived, dtype_of, kernel_launcher,
-                     keys, launch_stride, public_call)
+from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, cdiv, derived, dtype_of, kernel_launcher,
+                     launch_stride, public_call)
 from jitkern.kernel.validation import runs_on_host, use_gdc
-from deepseek_v4.common import FLOAT_DTYPE, RATIOS, index_dtype_names, ratio_geometry, resolve_pdl
+from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, HEAD_DIM, INDEX_DTYPE_NAMES, LAUNCH_PDL, RATIOS,
+                                key_width, ratio_geometry, resolve_pdl)
 from deepseek_v4.compressor import check_compress_windows
 from deepseek_v4.kernels.decode_step import decode_step_kernel
 from deepseek_v4.save_partial_states import check_save_partial_states
@@ -46,55 +47,29 @@ class DecodeStepKernel(TritonJitKernel):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
     kernel = decode_step_kernel
+    stand_ins = dict(  # the store's and the compressor's usual layouts (theirs)
+        kv=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1)),
+        score=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1),
+                     aligned=lambda key: 4 * key_width(key) % 16 == 0),
+        ape=Tensor(("compress_ratio", key_width), "dtype", varying=()), positions=Tensor((1,)),
+        state_cache=Tensor((1, "block_size", lambda key: 2 * key_width(key))), slot_mapping=Tensor((1,)),
+        block_table=Tensor((1, 16), varying=(0, 1)), req_indices=Tensor((1,)), out=Tensor((1, "head_dim"), "dtype"))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
-        head_dim: int = argument("head_dim", constexpr="HEAD_DIM")
-        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
-        dtype: str = dtype_of("state_cache")  # kv, score, ape, state_cache and out (float32; the public function checks)
-        block_table_dtype: str = dtype_of("block_table")  # int32
-        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
-        slot_mapping_dtype: str = dtype_of("slot_mapping")
-        req_indices_dtype: str = dtype_of("req_indices")
-        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
+        head_dim: int = argument("head_dim", constexpr="HEAD_DIM", warm=HEAD_DIM)
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        dtype: str = dtype_of("state_cache", warm=[FLOAT_DTYPE])  # kv, score, ape, state_cache and out
+        block_table_dtype: str = dtype_of("block_table", warm=[torch.int32])
+        positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+        slot_mapping_dtype: str = dtype_of("slot_mapping", warm=INDEX_DTYPE_NAMES)
+        req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)
         scan: int = derived(decode_tiling, "scan", constexpr="SCAN")
         block_d: int = derived(decode_tiling, "block_d", constexpr="BLOCK_D")
         program_d: int = derived(decode_tiling, "program_d", constexpr="PROGRAM_D")
         num_warps: int = derived(decode_tiling, "num_warps", option="num_warps")
-
-    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
-                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-                        launch_pdl: bool = False) -> list[CompileKey]:
-        """The keys of a deployment's geometry (spec table), for each triple of index dtypes."""
-        geometry = RATIOS.get(compress_ratio)
-        if head_dim <= 0 or geometry is None:
-            return []
-        dtypes = index_dtype_names(index_dtypes)
-        return keys.unique_keys(self.dispatch, keys.product(
-            compress_ratio=[compress_ratio], head_dim=[head_dim], block_size=[geometry.block_size], dtype=[FLOAT_DTYPE],
-            block_table_dtype=[torch.int32], positions_dtype=dtypes, slot_mapping_dtype=dtypes,
-            req_indices_dtype=dtypes, launch_pdl=[launch_pdl]))
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        """The store's and the compressor's usual layouts: ``kv`` and ``score`` views of one
-        ``[tokens, 2W]`` projection, a dense cache, ``out`` ``[tokens, head_dim]`` as allocated
-        (aligned), a block table whose rows hold ``max_blocks`` entries (varying with the
-        context length)."""
-        dtype = getattr(torch, key.dtype)
-        width = ratio_geometry(key.compress_ratio).state_width(key.head_dim)
-        return dict(
-            kv=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1)),
-            score=TritonWarmupTensor(dtype, shape=(1, width), strides=(2 * width, 1), aligned=(4 * width) % 16 == 0),
-            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, width), varying=()),  # one row a ratio
-            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
-            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, 2 * width)),
-            slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
-            block_table=TritonWarmupTensor(getattr(torch, key.block_table_dtype), shape=(1, 16), varying=(0, 1)),
-            req_indices=TritonWarmupTensor(getattr(torch, key.req_indices_dtype)),
-            out=TritonWarmupTensor(dtype, shape=(1, key.head_dim)),
-            compress_ratio=key.compress_ratio, head_dim=key.head_dim, block_size=key.block_size,
-            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         geometry = ratio_geometry(key.compress_ratio)
@@ -124,23 +99,10 @@ class DecodeStepKernel(TritonJitKernel):
 
 
 @public_call(op="deepseek_v4::decode_step", mutates=["state_cache", "out"], returns="out")
-def decode_step(
-    kv: torch.Tensor,
-    score: torch.Tensor,
-    ape: torch.Tensor,
-    positions: torch.Tensor,
-    state_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_table: torch.Tensor,
-    req_indices: torch.Tensor,
-    out: torch.Tensor,
-    compress_ratio: int,
-    head_dim: int,
-    block_size: int,
-    state_width: int,
-    pdl_kwargs: dict | None = None,
-    max_position: int | None = None,
-) -> torch.Tensor:
+def decode_step(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
+                state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
+                req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
+                state_width: int, pdl_kwargs: dict | None = None, max_position: int | None = None) -> torch.Tensor:
     """``save_partial_states`` then ``compress_windows`` in one launch, for a decode batch.
 
     The arguments are those two functions', checked by their checks (the same errors),

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, TritonJitKernel, TritonWarmupTensor, argument, derived, dtype_of, kernel_launcher, keys,
-                     launch_stride, public_call, size_of)
+from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, derived, dtype_of, kernel_launcher, launch_stride,
+                     public_call, size_of)
 from jitkern.kernel.arguments import Arguments
 from jitkern.kernel.validation import first_outside, runs_on_host, use_gdc
-from deepseek_v4.common import FLOAT_DTYPE, INDEX, POSITIVE, RATIOS, floats, index_dtype_names, ratio_geometry, resolve_pdl
+from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE,
+                                STATE_WIDTH, floats, ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
 
@@ -26,47 +27,27 @@ from deepseek_v4.tiling import store_grid, store_tiling
 class SavePartialStatesKernel(TritonJitKernel):
     name = "deepseek_v4.save_partial_states"
     kernel = save_partial_states_kernel
+    stand_ins = dict(  # kv and score views of one [tokens, 2H] projection (score at column H), a dense cache
+        kv=Tensor((1, "head_size"), strides=(lambda key: 2 * key.head_size, 1)),
+        score=Tensor((1, "head_size"), "dtype", strides=(lambda key: 2 * key.head_size, 1),
+                     aligned=lambda key: 4 * key.head_size % 16 == 0),
+        ape=Tensor(("compress_ratio", "head_size"), "dtype", varying=()), positions=Tensor((1,)),
+        state_cache=Tensor((1, "block_size", lambda key: key.state_width + key.head_size), "dtype"),
+        slot_mapping=Tensor((1,)))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
-        head_size: int = size_of("kv", -1, constexpr="HEAD_SIZE")  # H
-        state_width: int = argument("state_width", constexpr="STATE_WIDTH")
-        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO")
-        block_size: int = argument("block_size", constexpr="BLOCK_SIZE")
-        dtype: str = dtype_of("kv")  # kv, score, ape and state_cache (float32; the public function checks)
-        positions_dtype: str = dtype_of("positions")  # int32 or int64: different binaries
-        slot_mapping_dtype: str = dtype_of("slot_mapping")
-        launch_pdl: bool = argument("launch_pdl", option="launch_pdl")
+        head_size: int = size_of("kv", -1, constexpr="HEAD_SIZE", warm=STATE_WIDTH)  # H
+        state_width: int = argument("state_width", constexpr="STATE_WIDTH", warm=STATE_WIDTH)
+        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
+        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+        dtype: str = dtype_of("kv", warm=[FLOAT_DTYPE])  # kv, score, ape and state_cache (the public function checks)
+        positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+        slot_mapping_dtype: str = dtype_of("slot_mapping", warm=INDEX_DTYPE_NAMES)
+        launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)  # PDL: Hopper and newer
         tokens: int = derived(store_tiling, "tokens", constexpr="TOKENS")
         block_h: int = derived(store_tiling, "block_h", constexpr="BLOCK_H")
         num_warps: int = derived(store_tiling, "num_warps", option="num_warps")
-
-    def get_warmup_keys(self, *, head_dim: int, compress_ratio: int,
-                        index_dtypes: list[str] = ["int32", "int64"],  # noqa: B006 (never mutated)
-                        launch_pdl: bool = False) -> list[CompileKey]:
-        """The keys of a deployment's geometry (spec table), for each index dtype pair.
-        ``launch_pdl``: the deployment launches with PDL (Hopper and newer)."""
-        geometry = RATIOS.get(compress_ratio)
-        if head_dim <= 0 or geometry is None:
-            return []
-        width, dtypes = geometry.state_width(head_dim), index_dtype_names(index_dtypes)
-        return keys.unique_keys(self.dispatch, keys.product(
-            head_size=[width], state_width=[width], compress_ratio=[compress_ratio], block_size=[geometry.block_size],
-            dtype=[FLOAT_DTYPE], positions_dtype=dtypes, slot_mapping_dtype=dtypes, launch_pdl=[launch_pdl]))
-
-    def warmup_inputs(self, key: CompileKey) -> dict[str, Any]:
-        """The deployment's usual layout: ``kv`` and ``score`` views of one ``[tokens, 2H]``
-        projection (score at column H: 16-byte aligned when 4H is), a dense cache."""
-        dtype, h = getattr(torch, key.dtype), key.head_size
-        return dict(
-            kv=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1)),
-            score=TritonWarmupTensor(dtype, shape=(1, h), strides=(2 * h, 1), aligned=(4 * h) % 16 == 0),
-            ape=TritonWarmupTensor(dtype, shape=(key.compress_ratio, h), varying=()),  # one row a ratio
-            positions=TritonWarmupTensor(getattr(torch, key.positions_dtype)),
-            state_cache=TritonWarmupTensor(dtype, shape=(1, key.block_size, key.state_width + h)),
-            slot_mapping=TritonWarmupTensor(getattr(torch, key.slot_mapping_dtype)),
-            block_size=key.block_size, state_width=key.state_width, compress_ratio=key.compress_ratio,
-            launch_pdl=key.launch_pdl)
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
         return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl)}
@@ -90,18 +71,9 @@ class SavePartialStatesKernel(TritonJitKernel):
 
 
 @public_call(op="deepseek_v4::save_partial_states", mutates=["state_cache"])
-def save_partial_states(
-    kv: torch.Tensor,
-    score: torch.Tensor,
-    ape: torch.Tensor,
-    positions: torch.Tensor,
-    state_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    block_size: int,
-    state_width: int,
-    compress_ratio: int,
-    pdl_kwargs: dict | None = None,
-) -> None:
+def save_partial_states(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
+                        state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_size: int, state_width: int,
+                        compress_ratio: int, pdl_kwargs: dict | None = None) -> None:
     """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``.
 
     ``kv``, ``score``: float32 ``[tokens, H]`` (row strides free: views of one projection
@@ -123,18 +95,8 @@ def save_partial_states(
                                        compress_ratio)
     launch_pdl = resolve_pdl(pdl_kwargs, device)
     if kv.shape[0]:
-        SavePartialStatesKernel()(
-            kv,
-            score,
-            ape,
-            positions,
-            state_cache,
-            slot_mapping,
-            block_size,
-            state_width,
-            compress_ratio,
-            launch_pdl=launch_pdl,
-        )
+        SavePartialStatesKernel()(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
+                                  compress_ratio, launch_pdl=launch_pdl)
 
 
 STORE = Arguments(kv=floats("tokens H"), score=floats("tokens H"), ape=floats("ratio _"),

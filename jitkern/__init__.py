@@ -15,8 +15,8 @@ from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
 from jitkern.kernel.arguments import Arg, Arguments
 from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
-from jitkern.kernel.declare import (Config, DeclarationError, Tensor, argument, computed, derived, dtype_of, fixed,
-                                    size_of, tuned)
+from jitkern.kernel.declare import (Config, DeclarationError, Tensor, Warm, argument, computed, derived, dtype_of,
+                                    fixed, size_of, tuned)
 from jitkern.kernel.tuning import Buckets, TuningSpace
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.plans import public_call, torch_step
@@ -43,6 +43,7 @@ __all__ = [
     "Config",
     "DeclarationError",
     "Tensor",
+    "Warm",
     "argument",
     "computed",
     "derived",

@@ -1,7 +1,7 @@
 """The author API: what a kernel declares, and the helpers its launcher uses.
 
 - ``base``: ``JitKernel``, ``TritonJitKernel`` and ``kernel_launcher``, the kernel contract.
-- ``declare``: a key declared once (``dtype_of``, ``size_of``, ..., ``tuned``, ``Config``,
+- ``declare``: a key declared once (``dtype_of``, ``size_of``, ..., ``tuned``, ``Config``, ``Warm``,
   ``Tensor``); ``declaration``: what jitkern makes of it.
 - ``tuning``: a kernel's tuning space and the winners a process took from a table.
 - ``adopt``: kernels written with ``triton.autotune`` or ``triton.heuristics``, taken in.

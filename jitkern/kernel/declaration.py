@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor
+from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor, Warm
 from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.direct import parameters_source
 from jitkern.launch.plans import forget_plans
@@ -78,8 +78,8 @@ class Declaration:
             if field.option is not None and field.option not in LAUNCH_OPTIONS:
                 raise DeclarationError(f"{at}: option={field.option!r} is not a Triton launch option "
                                        f"({', '.join(sorted(LAUNCH_OPTIONS))})")
-            if field.warm is not None and not isinstance(field.warm, (Config, list, tuple)):
-                raise DeclarationError(f"{at}: warm={field.warm!r}: expected a Config or a list of values")
+            if field.warm is not None and not isinstance(field.warm, (Config, Warm, list, tuple)):
+                raise DeclarationError(f"{at}: warm={field.warm!r}: expected a Config, a Warm or a list of values")
             if not writes_warmup_keys and field.kind not in ("derived", "tuned") and field.warm is None \
                     and name not in self.defaults:
                 raise DeclarationError(f"{at}: no warm values (warm=, or a default), and {self.name} writes no "
@@ -196,8 +196,10 @@ class Declaration:
 
     def configs(self) -> list[Config]:
         """The manifest config parameters the fields and selectors warm from, each once."""
-        return list({field.warm.name: field.warm for field in self.reading.values()
-                     if isinstance(field.warm, Config)}.values())
+        configs = [config for field in self.reading.values()
+                   for config in (field.warm.configs if isinstance(field.warm, Warm) else (field.warm,))
+                   if isinstance(config, Config)]
+        return list({config.name: config for config in configs}.values())
 
     def warmup_keys(self, config: dict[str, Any]) -> list[Any]:
         """Every key the product of the fields' warm values gives, duplicates dropped."""
@@ -310,7 +312,9 @@ def _stand_in(spec: Tensor, key: Any, dtype_name: str | None, sizes: dict[int, i
              for size in spec.shape]
     for dim, size in sizes.items():
         shape[dim] = size
-    return TritonWarmupTensor(dtype, shape, spec.strides, aligned=spec.aligned, varying=spec.varying)
+    strides = None if spec.strides is None else [stride(key) if callable(stride) else stride for stride in spec.strides]
+    aligned = spec.aligned(key) if callable(spec.aligned) else spec.aligned
+    return TritonWarmupTensor(dtype, shape, strides, aligned=aligned, varying=spec.varying)
 
 
 def _plain(value: Any) -> Any:
@@ -319,6 +323,8 @@ def _plain(value: Any) -> Any:
 
 
 def _warm_values(field: Any, config: dict[str, Any]) -> list[Any]:
+    if isinstance(field.warm, Warm):
+        return field.warm.values(config)
     return field.warm.values(config[field.warm.name]) if isinstance(field.warm, Config) else list(field.warm)
 
 

@@ -67,6 +67,30 @@ class Config:
         return list(self.expand(value)) if self.expand is not None else items
 
 
+@dataclass(frozen=True, init=False)
+class Warm:
+    """A field's warm values as a function of manifest config parameters (``Config``s),
+    where one alone does not give them: a width that is the head size times a factor of
+    the compression ratio. ``function`` takes the parameters' values by their names and
+    returns the field's values."""
+
+    function: Callable[..., list[Any]]
+    configs: tuple[Config, ...]
+
+    def __init__(self, function: Callable[..., list[Any]], *configs: Config):
+        names = list(inspect.signature(function).parameters)
+        if names != [config.name for config in configs]:
+            raise TypeError(f"Warm: the function's parameters {names} must be the configs' names, in order")
+        object.__setattr__(self, "function", function)
+        object.__setattr__(self, "configs", configs)
+
+    def values(self, config: dict[str, Any]) -> list[Any]:
+        """The field's values for a manifest's ``config``; ValueError naming a parameter."""
+        for item in self.configs:
+            item.values(config[item.name])  # each parameter checked as a field warmed by it is
+        return list(self.function(*(config[item.name] for item in self.configs)))
+
+
 @dataclass(frozen=True)
 class Field:
     """How one key field is made: from the call (``reads`` its arguments), from other fields
@@ -75,7 +99,7 @@ class Field:
     kind: str  # "dtype", "value" (read from the call), "derived" (from fields), "fixed", "tuned" (a table's)
     reads: tuple[str, ...] = ()
     function: Callable[..., Any] | None = None
-    warm: Any = None  # a Config, or a list of the values every deployment warms
+    warm: Any = None  # a Config, a Warm, or a list of the values every deployment warms
     constexpr: str | None = None
     option: str | None = None
 
@@ -141,11 +165,12 @@ def _field(declaration: Field, default: Any = dataclasses.MISSING) -> Any:
 @dataclass(frozen=True)
 class Tensor:
     """A tensor argument's usual stand-in (``TritonWarmupTensor``). ``shape`` items and
-    ``dtype`` may name a key field (or, a size, be a function of the key); a
+    ``dtype`` may name a key field; sizes, strides and ``aligned`` may be functions of the
+    key (a view of one projection: its row stride twice its width); a
     ``dtype_of``/``size_of`` field of the tensor gives its own."""
 
     shape: tuple = (16,)
     dtype: Any = None  # a torch.dtype, or the name of a key field holding a dtype's name
     strides: tuple | None = None
     varying: tuple = (0,)
-    aligned: bool = True
+    aligned: Any = True

@@ -162,8 +162,12 @@ def test_wrong_inputs_raise_before_any_launch(monkeypatch, change, argument):
 
 def test_warmup_keys_follow_the_spec_table():
     kernel = CompressWindowsKernel()
-    assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
-    assert kernel.get_warmup_keys(head_dim=128, compress_ratio=64) == []
+    with pytest.raises(ValueError, match=r"^head_dim: \[0\] not supported"):
+        kernel.get_warmup_keys(head_dim=0, compress_ratio=4)
+    with pytest.raises(ValueError, match=r"^compress_ratio: \[64\] not supported; use \[4, 128\]"):
+        kernel.get_warmup_keys(head_dim=128, compress_ratio=64)
+    with pytest.raises(ValueError, match=r"^index_dtypes: \['int16'\] not supported"):
+        kernel.get_warmup_keys(head_dim=128, compress_ratio=4, index_dtypes=["int32", "int16"])
     for ratio, block_size in ((4, 4), (128, 8)):
         keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
         assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}

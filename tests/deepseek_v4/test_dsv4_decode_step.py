@@ -388,8 +388,10 @@ def test_a_batch_whose_tokens_share_rows_is_refused_on_the_cpu(monkeypatch, who)
 
 def test_warmup_keys_follow_the_spec_table():
     kernel = DecodeStepKernel()
-    assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
-    assert kernel.get_warmup_keys(head_dim=128, compress_ratio=64) == []
+    with pytest.raises(ValueError, match=r"^head_dim: \[0\] not supported"):
+        kernel.get_warmup_keys(head_dim=0, compress_ratio=4)
+    with pytest.raises(ValueError, match=r"^compress_ratio: \[64\] not supported"):
+        kernel.get_warmup_keys(head_dim=128, compress_ratio=64)
     for ratio, block_size in ((4, 4), (128, 8)):
         keys = kernel.get_warmup_keys(head_dim=512, compress_ratio=ratio, launch_pdl=True)
         assert {(k.head_dim, k.block_size, k.launch_pdl) for k in keys} == {(512, block_size, True)}

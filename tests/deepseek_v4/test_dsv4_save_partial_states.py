@@ -165,9 +165,11 @@ def test_slot_mapping_out_of_range_is_refused_with_its_message(monkeypatch, inde
 
 def test_warmup_keys_follow_the_spec_table():
     kernel = SavePartialStatesKernel()
-    assert kernel.get_warmup_keys(head_dim=0, compress_ratio=4) == []
-    assert kernel.get_warmup_keys(head_dim=-8, compress_ratio=128) == []
-    assert kernel.get_warmup_keys(head_dim=512, compress_ratio=16) == []
+    for config, refused in (({"head_dim": 0, "compress_ratio": 4}, "head_dim"),
+                            ({"head_dim": -8, "compress_ratio": 128}, "head_dim"),
+                            ({"head_dim": 512, "compress_ratio": 16}, "compress_ratio")):
+        with pytest.raises(ValueError, match=f"^{refused}: .* not supported"):
+            kernel.get_warmup_keys(**config)
     ratio4 = kernel.get_warmup_keys(head_dim=512, compress_ratio=4)
     ratio128 = kernel.get_warmup_keys(head_dim=512, compress_ratio=128)
     assert {(k.head_size, k.state_width, k.block_size) for k in ratio4} == {(1024, 1024, 4)}

@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import (Config, DeclarationError, LaunchSpec, Tensor, TritonJitKernel, argument, computed, derived,
-                     dtype_of, fixed, kernel_launcher, size_of)
+from jitkern import (Config, DeclarationError, LaunchSpec, Tensor, TritonJitKernel, Warm, argument, computed,
+                     derived, dtype_of, fixed, kernel_launcher, size_of)
 from jitkern.examples.axpy import AxpyKernel
 from jitkern.kernel.interpreter import InterpreterCannotRun
 from jitkern.kernel.registry import UnknownKernel, get_kernel
@@ -74,6 +74,26 @@ def test_the_declarations_give_dispatch_warmup_keys_constants_and_stand_ins():
     assert kernel.key_for(x=x).scale == 2
     with pytest.raises(TypeError, match="dtype reads x, which the arguments lack"):
         kernel.key_for(out=x)
+
+
+def test_a_field_warmed_by_several_config_parameters_and_a_stand_in_following_the_key():
+    """``Warm``: a width that is one config parameter times another; a stand-in whose row
+    stride and alignment follow the key (a view of one projection twice as wide)."""
+    heads, factors = Config("head_dim", int, choices=range(1, 1024)), Config("factor", int, choices=(1, 2))
+    with pytest.raises(TypeError, match=r"parameters \['head'\] must be the configs' names"):
+        Warm(lambda head: [head], heads)
+    key_class = _key_class(dtype=dtype_of("x", warm=["float32"]),
+                           width=size_of("x", 1, warm=Warm(lambda head_dim, factor: [head_dim * factor], heads, factors)))
+    stand_ins = dict(x=Tensor((16, "width"), strides=(lambda key: 2 * key.width, 1), aligned=lambda key: key.width % 8 == 0),
+                     out=Tensor((16, "width"), "dtype"))
+    kernel = scale_rows("test.declared.warm", CompileKey=key_class, stand_ins=stand_ins)()
+    assert [key.width for key in kernel.get_warmup_keys(head_dim=12, factor=2)] == [24]
+    with pytest.raises(ValueError, match=r"^factor: \[3\] not supported; use \[1, 2\]"):
+        kernel.get_warmup_keys(head_dim=12, factor=3)
+    with pytest.raises(TypeError, match=r"missing \['factor'\]"):
+        kernel.get_warmup_keys(head_dim=12)
+    x = kernel.warmup_inputs(kernel.get_warmup_keys(head_dim=12, factor=1)[0])["x"]
+    assert (tuple(x.shape), x.stride(), x.aligned) == ((16, 12), (24, 1), False)
 
 
 def test_a_declared_kernel_computes_and_loads_from_a_manifest(tmp_path):
@@ -144,7 +164,7 @@ def _key_class(**fields):
                                                                 r"constexpr parameter of _scale_rows_kernel"),
     (dict(width=size_of("x", 1, warm=[8]), warps=fixed(1, option="num_warp")),
      r"CompileKey\.warps: option='num_warp' is not a Triton launch option"),
-    (dict(width=size_of("x", 1, warm=8)), r"CompileKey\.width: warm=8: expected a Config or a list"),
+    (dict(width=size_of("x", 1, warm=8)), r"CompileKey\.width: warm=8: expected a Config, a Warm or a list"),
     (dict(width=size_of("x", 1)), r"CompileKey\.width: no warm values"),
     (dict(width=size_of("x", 1, warm=[8]), twice=derived(lambda wide: 2 * wide)),
      r"CompileKey\.twice: reads 'wide', which is not a key field"),
