@@ -1,34 +1,10 @@
 """The window compressor: each closed window's rows -> one float32 compressed entry.
 
-A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is,
-per dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``
-(``docs/spec/deepseek-v4-compressor.md``). The rows are read from the paged state cache that
-``save_partial_states`` wrote, through the request's block table. Tokens that close no
-window leave their output row untouched.
-
-Two launch shapes, one ``@triton.jit`` function (``SCAN`` picks):
-
-- ratio 4 (``SCAN == 1``): one program per token, the whole head per program. One token
-  in four closes a window and a window reads only 8 short rows, so idle programs are
-  cheap and the kernel runs near copy bandwidth.
-- ratio 128 (``SCAN == 128``): one token in 128 closes a window, but a window reads 128
-  rows. A program per token would leave 127 of 128 programs idle, each holding the
-  registers and warps the busy ones need, so instead each program scans a *chunk* of
-  up to ``SCAN`` tokens (one vectorised load of their positions and requests) and
-  handles the closing tokens it finds, one after the other; and the head is split into
-  groups of ``PROGRAM_D`` columns, a program each, so the 128 rows of one window are
-  read by several programs at once.
-
-  Chunk ``c`` of ``n_chunks`` holds the tokens ``c, c + n_chunks, c + 2 n_chunks, ...``
-  with ``n_chunks`` odd: window ends, which come every 128 tokens in a prefill, fall in
-  different chunks (128 is invertible modulo an odd number), and so do the tokens of a
-  run of decodes that all close a window at once (a batch in lockstep); contiguous
-  chunks would put those in one program, one after the other. ``n_chunks`` is a
-  runtime argument (not specialised: no extra binaries) picked on the host from the
-  token count alone: about ``tokens / 128`` when that still leaves ``MIN_PROGRAMS``
-  programs, more chunks (of fewer tokens) for small batches (``deepseek_v4.tiling``).
-
-The kernel's Triton source: ``deepseek_v4.kernels.compressor``.
+A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is, per
+dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``, read from
+the paged state cache (``docs/spec/deepseek-v4-compressor.md``; its implementation notes
+say why ratio 128 scans chunks of tokens). The kernel's Triton source:
+``deepseek_v4.kernels.compressor``.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """A decode step in one launch: the partial-state store and the window compressor, fused.
 
-A decode step (one new token per request) used to run ``save_partial_states`` and then
-``compress_windows``. Here a program owns a group of ``PROGRAM_D`` columns of the window
-entry for one token (ratio 4) or for a chunk of up to ``SCAN`` tokens (ratio 128, where
-one token in 128 closes a window): it stores those columns of the tokens' ``[kv | score +
-ape]`` rows (of both halves at ratio 4, where the entry's column ``d`` reads row column
-``head_dim + d`` of the token's own window), and for each of its tokens that closes a
-window it computes the same columns of the entry with the compressor's own code
-(``window_columns``): the same tiles, loads and reductions, so the same floating-point
-operations in the same order. The one row of the window that this launch writes, the
-closing token's own, it takes from the token's inputs (``kv``, and ``score + ape`` added
-as the store adds it: the same bits) rather than from the cache, so the window's reads
-need not wait for the store and no barrier is needed. The bytes equal store-then-compress
-(``docs/spec/deepseek-v4-compressor.md``) as long as no other token of the batch stores
-a row that a closing token's window reads: true of a decode batch, checked in Triton's
-interpreter.
-
-The tiling (``deepseek_v4.tiling.decode_tiling``) is free where the bits do not depend on
-it: how many column groups and tokens a program takes. What they do depend on, each window
-tile's shape and warps (the layout its reductions follow), is the compressor's, or at
-ratio 4 one that reduces each column's rows in the same order (all of a column's rows in
-one thread: ``block_d >= 128 * num_warps``); ``tests/deepseek_v4/test_dsv4_decode_layouts.py``
-checks that in the compiled code. The kernel's Triton source:
-``deepseek_v4.kernels.decode_step``.
+Every byte as ``save_partial_states`` then ``compress_windows`` leave it, for a decode
+batch: each program stores its columns of its tokens' rows and computes the same columns
+of each closing token's entry with the compressor's own code and window tiles, taking
+the token's own row from its inputs (spec, "The fused decode step"). The kernel's Triton
+source: ``deepseek_v4.kernels.decode_step``.
 """
 
 from __future__ import annotations

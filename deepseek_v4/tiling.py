@@ -1,8 +1,7 @@
 """How each DeepSeek V4 launch is cut: the tiling a key pins (the compressor's, the fused
 decode step's, the store's), and a launch's chunks and grid, from shapes only (no sync,
-graph-capturable). The tilings were chosen by the H200 sweeps of
-``benchmarks/bench_deepseek_v4.py --sweep`` and ``benchmarks/device/sweep_*.py``.
-"""
+graph-capturable). The H200 sweeps chose the tilings (``docs/spec/deepseek-v4-compressor.md``,
+implementation notes)."""
 
 from __future__ import annotations
 
@@ -28,15 +27,8 @@ class CompressorTiling:
 
 
 def compressor_tiling(compress_ratio: int, head_dim: int) -> CompressorTiling:
-    """How a window is split, from the H200 sweep (``bench_deepseek_v4.py --sweep``).
-
-    Ratio 4 reads 8 rows: one program per token takes the whole head in one step, a warp
-    per 128 columns (head 512: 0.92 of copy at 64K tokens and 5.5 us at 1024; one warp
-    walking 128 columns at a time reaches 0.95 at 64K but takes 10 us at 1024). Ratio
-    128 reads 128 rows: 4-warp programs of 32-column steps, each owning a group of up to
-    128 columns and scanning up to 128 tokens for window ends (head 512: 0.84 at 64K;
-    64-column steps, 8 warps, one step per program: 0.56).
-    """
+    """How a window is split: a program per token and the whole head at ratio 4, 4-warp
+    column groups scanning chunks at ratio 128 (the spec's implementation notes say why)."""
     if RATIOS[compress_ratio].overlap:
         block_d = min(next_power_of_2(head_dim), 512)
         return CompressorTiling(scan=1, block_d=block_d, program_d=block_d * cdiv(head_dim, block_d),
@@ -57,19 +49,8 @@ class DecodeTiling:
 
 
 def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
-    """The shipped tiling of the fused step.
-
-    The window tiles are the compressor's (``compressor_tiling``) or reduce as they do. At
-    ratio 128: 32-column steps with 4 warps, which fixes how each column's 128 rows are
-    summed; each program takes one 32-column group and a chunk of up to 32 tokens, so a
-    closing token's window (128 rows) is read by ``head_dim / 32`` programs at once instead
-    of by programs walking 128 columns in 4 steps. At ratio 4 a window has 8 rows, and the compressor's
-    tile of a head of 512 (512 columns, 4 warps) has all of a column's rows in one thread
-    on NVIDIA and spreads them over 2 warps on AMD; 256 columns with 2 warps does the same
-    on both, so a head of 512 takes two programs a token, as the store splits its rows.
-    ``tests/deepseek_v4/test_dsv4_decode_layouts.py`` checks the layouts in the compiled
-    code, for cuda:90 and hip:gfx942.
-    """
+    """The fused step's tiling: window tiles that reduce as the compressor's do (its bits),
+    the rest free (the spec's implementation notes say how)."""
     compressor = compressor_tiling(compress_ratio, head_dim)
     if RATIOS[compress_ratio].overlap:
         block_d, num_warps = compressor.block_d, compressor.num_warps
@@ -82,10 +63,7 @@ def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
 
 def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: DecodeTiling) -> None:
     """A ``ValueError`` for a tiling whose entries might not have the compressor's bits on
-    NVIDIA: the window tiles must reduce as the compressor's do (see ``decode_tiling``),
-    and ``scan`` must stay below the ratio, so that the store's ``[scan, program_d]`` tile
-    never has a window tile's shape (Triton lays out loads of one shape alike, which could
-    change the window tiles' layout). The compiled layouts test has the last word."""
+    NVIDIA (the spec's implementation notes say which)."""
     compressor = compressor_tiling(compress_ratio, head_dim)
     same = (tiling.block_d, tiling.num_warps) == (compressor.block_d, compressor.num_warps)
     rows_in_thread = (RATIOS[compress_ratio].overlap and tiling.block_d >= 128 * tiling.num_warps
@@ -109,14 +87,7 @@ class StoreTiling:
 
 
 def store_tiling(head_size: int) -> StoreTiling:
-    """The shipped tiling of a row of ``head_size`` floats, as the H200 sweep chose it
-    (``benchmarks/device/sweep_store.py``).
-
-    One warp per program, each moving 256-512 floats of kv and of score: rows of 512 and
-    more are split in 512-column groups, rows of 128 are paired (two tokens a program).
-    At 64K tokens this gave 0.94 / 0.94 / 0.93 / 0.90 of copy for H = 1024 / 512 / 256 /
-    128, where 4 warps and 1024 floats a program gave 0.93 / 0.92 / 0.91 / 0.88.
-    """
+    """The tiling of a row of ``head_size`` floats: one warp moving 256-512 floats a program."""
     block_h = min(512, next_power_of_2(head_size))
     return StoreTiling(tokens=max(1, 256 // block_h), block_h=block_h, num_warps=1)
 
@@ -133,8 +104,8 @@ def chunk_size(tokens: int, head_dim: int, scan: int, program_d: int, min_progra
 
 
 def chunk_count(tokens: int, chunk: int) -> int:
-    """The compressor's chunks of at most ``chunk`` tokens: an odd number (see
-    ``deepseek_v4.compressor``), or ``tokens`` when ``chunk == 1`` (a program per token)."""
+    """The compressor's chunks of at most ``chunk`` tokens: an odd number (the spec's
+    implementation notes say why), or ``tokens`` when ``chunk == 1`` (a program per token)."""
     n_chunks = cdiv(tokens, chunk)
     return n_chunks if chunk == 1 or n_chunks % 2 else n_chunks + 1
 

@@ -29,10 +29,8 @@ class Step5SummaryCacheSpec:
 
     def __post_init__(self):
         if not isinstance(self.block_size, int) or self.block_size <= 0 or self.block_size % REGION:
-            raise ValueError(
-                f"block_size: {self.block_size} is not a positive multiple of 8; Step5 KV blocks "
-                "must align to eight-token regions"
-            )
+            raise ValueError(f"block_size: {self.block_size} is not a positive multiple of 8; Step5 KV blocks "
+                             "must align to eight-token regions")
         # Fields an engine reads to size the layer: fixed by the summary format.
         for name, fixed in (("tokens_per_state", REGION), ("head_size", SUMMARY_BYTES), ("num_kv_heads", 1),
                             ("dtype", torch.uint8)):
@@ -51,9 +49,7 @@ class Step5SummaryCacheSpec:
     def allocate(self, num_blocks: int, device: torch.device | str | None = None) -> torch.Tensor:
         """A ``[num_blocks, block_size // 8, 256]`` uint8 ``mean`` cache."""
         check_int("num_blocks", num_blocks, minimum=0)
-        return torch.zeros(
-            (num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=as_device(device)
-        )
+        return torch.zeros((num_blocks, self.regions_per_block, SUMMARY_BYTES), dtype=self.dtype, device=as_device(device))
 
 
 _STEP_INDEX = dict(slots=Arguments(slots=validate.INDEX, sizes=validate.SIZES),
@@ -89,21 +85,16 @@ class Step5SparseSummaryCache:
 
     def update_decode(self, key, z, slots, positions, ring: Step5CSATailRing) -> None:
         n = _step_tokens("slots", slots, ring)
-        summary_update.update_decode(
-            key, z, slots, positions, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
-        )
+        summary_update.update_decode(key, z, slots, positions, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity)
 
     def update_verify(self, key, z, slots, query_start_loc, seq_lens, ring: Step5CSATailRing) -> None:
         n = _step_tokens("slots", slots, ring)
-        summary_update.update_verify(
-            key, z, slots, query_start_loc, seq_lens, ring.metadata().base[:n], self.mean, ring.rows, ring.capacity
-        )
+        summary_update.update_verify(key, z, slots, query_start_loc, seq_lens, ring.metadata().base[:n], self.mean,
+                                     ring.rows, ring.capacity)
 
     def update_prefill(self, key, z, metadata, positions, ring: Step5CSATailRing) -> None:
         """``metadata`` from ``build_prefill_groups``; the token count is ``positions``'."""
         n = _step_tokens("positions", positions, ring)
         ring_metadata = ring.metadata()
-        summary_update.update_prefill(
-            key, z, metadata, positions, ring_metadata.base[:n], ring_metadata.slot_mapping[:n],
-            self.mean, ring.rows, ring.capacity,
-        )
+        summary_update.update_prefill(key, z, metadata, positions, ring_metadata.base[:n],
+                                      ring_metadata.slot_mapping[:n], self.mean, ring.rows, ring.capacity)

@@ -85,16 +85,8 @@ def as_device(device) -> torch.device | None:
 class Step5CSATailRing:
     """A ring buffer of ``[key | z]`` rows, ``capacity`` rows per live request."""
 
-    def __init__(
-        self,
-        max_requests: int,
-        max_tokens: int,
-        *,
-        draft_tokens: int = 0,
-        capacity: int | None = None,
-        device: torch.device | str | None = None,  # None: torch's default device
-        index_dtype: torch.dtype = torch.int32,
-    ):
+    def __init__(self, max_requests: int, max_tokens: int, *, draft_tokens: int = 0, capacity: int | None = None,
+                 device: torch.device | str | None = None, index_dtype: torch.dtype = torch.int32):  # device None: the default
         draft_tokens = _int("draft_tokens", draft_tokens)
         if draft_tokens < 0:
             raise ValueError(f"draft_tokens: {draft_tokens} is negative")
@@ -108,10 +100,7 @@ class Step5CSATailRing:
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
         device = as_device(device)
-        self.capacity = capacity
-        self.draft_tokens = draft_tokens
-        self.max_requests = max_requests
-        self.max_tokens = max_tokens
+        self.capacity, self.draft_tokens, self.max_requests, self.max_tokens = capacity, draft_tokens, max_requests, max_tokens
         self.rows = torch.zeros((max_requests * capacity, RING_ROW), dtype=torch.bfloat16, device=device)
         self._base = torch.full((max_tokens,), -1, dtype=index_dtype, device=device)
         self._slot_mapping = torch.full((max_tokens,), -1, dtype=index_dtype, device=device)
@@ -131,9 +120,7 @@ class Step5CSATailRing:
         if request_id in self._owned:
             raise ValueError(f"request_id: {request_id!r} already has ring rows")
         if not self._free:
-            raise RingFullError(
-                f"ring full: all {self.max_requests} requests' rows are taken; cannot start {request_id!r}"
-            )
+            raise RingFullError(f"ring full: all {self.max_requests} requests' rows are taken; cannot start {request_id!r}")
         chunk = self._free.pop()
         self._owned[request_id] = chunk
         return chunk * self.capacity
@@ -157,13 +144,8 @@ class Step5CSATailRing:
 
     # --- per-step metadata ---------------------------------------------------------------
 
-    def prepare(
-        self,
-        request_ids: Sequence[Hashable | None],
-        first_positions: Sequence[int],
-        query_lens: Sequence[int],
-        num_tokens: int | None = None,
-    ) -> Step5RingMetadata:
+    def prepare(self, request_ids: Sequence[Hashable | None], first_positions: Sequence[int], query_lens: Sequence[int],
+                num_tokens: int | None = None) -> Step5RingMetadata:
         """Per-token ``base`` and ``slot_mapping`` of a step, from its host schedule.
 
         Request ``i`` sends ``query_lens[i]`` tokens at positions ``first_positions[i]`` on,
@@ -178,9 +160,8 @@ class Step5CSATailRing:
             raise ValueError(f"query_lens: {real_tokens} tokens do not fit max_tokens={self.max_tokens}")
         num_tokens = real_tokens if num_tokens is None else _int("num_tokens", num_tokens)
         if num_tokens < real_tokens or num_tokens > self.max_tokens:
-            raise ValueError(
-                f"num_tokens: {num_tokens} must hold the {real_tokens} tokens and fit max_tokens={self.max_tokens}"
-            )
+            raise ValueError(f"num_tokens: {num_tokens} must hold the {real_tokens} tokens and fit "
+                             f"max_tokens={self.max_tokens}")
         try:
             bases = [-1 if r is None else self._owned[r] * self.capacity for r in request_ids]
         except KeyError as missing:

@@ -14,13 +14,8 @@ from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME
 from step5.ops.validate import check_mean
 
 DIM = 256  # index-head dimension
-NUM_WARPS = 1  # DESIGN.md: one warp per region ran at 0.82 of copy bandwidth, 4 warps at 0.48
-# ptxas register cap of the prefill summaries (None: ptxas decides). Prefill is a throughput
-# kernel: ptxas picks 128 (16 resident programs per SM, the 16 row loads in two batches); 200
-# gives one batch but 10 programs per SM. H200, 256K tokens: 74.8 us vs 76.2 us (ptxas
-# default), 97.9 us at 96 (``benchmarks/device/profile_step5.py prefill``). Measure it against
-# decode's (``step5.ops.decode._DECODE_MAXNREG``).
-PREFILL_MAXNREG = 128
+NUM_WARPS = 1  # one warp per region is fastest (spec, "Why the Step5 kernels use one warp")
+PREFILL_MAXNREG = 128  # ptxas register cap of the prefill summaries (spec, "Register caps")
 _HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
 
 # The parameters of a manifest's Step5 config (``check_deployment`` checks them together).
@@ -97,19 +92,9 @@ def target_paths(num_warps: int = 1) -> dict[str, Any]:
 
 def hardware_fp8_is_safe(num_warps: int) -> bool:
     """Whether a summary kernel at ``num_warps`` may take the hardware fp8 path: not when
-    each thread holds exactly one pair of a summary's 256 values (4 warps of 32 threads).
-
-    Triton converts fp32 to e4m3 in pairs (``cvt.rn.satfinite.e4m3x2.f32``, a 16-bit
-    result), then splits the pair (``shr.u16``) and widens it to two 16-bit lanes
-    (``mov.b32 {lo, hi}``). With a single pair per thread, the ptxas Triton 3.6 ships
-    (12.8; 12.9 too) folds that widening into the conversion's merge operand
-    (``F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C``) but computes the operand from R1, the
-    stack pointer, before the conversion runs: every odd byte of a summary becomes
-    ``0x7C | sign`` on the GPU. With 8, 4 or 1 values per thread (1, 2 or 8 warps) the
-    code is right, and ptxas 13.0 gets one pair right too. The integer path has no packed
-    operation and stores the same bytes at every ``num_warps``. Spec: "Why the Step5
-    kernels use one warp"; ``tests/step5/test_warps.py`` checks the SASS.
-    """
+    each thread holds exactly one pair of a summary's 256 values (4 warps), where the ptxas
+    Triton 3.6 ships miscompiles the pair's conversion (spec, "Why the Step5 kernels use
+    one warp"; ``tests/step5/test_warps.py`` checks the SASS)."""
     return DIM // (32 * num_warps) != 2
 
 

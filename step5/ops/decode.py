@@ -22,11 +22,7 @@ from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops import validate
 from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_ring
 
-# ptxas register cap (None: ptxas decides). Decode is one wave of latency-bound programs:
-# registers are free, and with the cap raised ptxas issues all 14 ring loads at once (at
-# its own choice, 128, it consumes two rows before issuing the last loads). Measure it
-# against prefill's (``step5.ops.common.PREFILL_MAXNREG``; profile_step5.py).
-_DECODE_MAXNREG = 200
+_DECODE_MAXNREG = 200  # ptxas issues all 14 ring loads at once (spec, "Register caps")
 
 
 class UpdateDecodeKernel(TritonJitKernel):

@@ -159,8 +159,7 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
     writes every row, and request rows ``[first, end, request's first token]``. Other
     steps take one program that writes every row, -1 first (``one_program``), or else a
     fill of -1, then the kernel. The allocation and the fill are ``torch_step``s, so that
-    a planned call repeats them. ``torch.empty`` takes the sizes one by one: it parses them
-    faster than a tuple (2.2 against 3.5 us on the H200's host: ``benchmarks/device/alloc_probe.py``).
+    a planned call repeats them (``torch.empty`` of the sizes one by one: parsed faster than a tuple).
     """
     checked = BUILD.check(locals())
     tokens, device = checked.tokens, checked.device

@@ -1,25 +1,8 @@
 """Step5 CSA region summaries, prefill in two launches instead of four (``spec/step5-csa.md``,
-"Prefill in two launches").
-
-The three-launch path of ``step5.ops.prefill`` is four kernels on the stream: torch's fill
-of the metadata with -1, ``build_prefill_groups``, the summaries, the ring writes. Each
-costs 1-2 us of fixed latency, which is most of a step of a few thousand tokens. Here:
-
-- ``build_prefill_groups_filled``: the same metadata, but every row written by the kernel
-  (program ``j`` owns group rows ``32j .. 32j + 31`` and request rows ``32j ..``), so there is
-  no fill; request rows carry the request's first token in their third column.
-- ``prefill_update``: the summaries and the ring writes in one launch. The ring rows a
-  request's summaries read (the ones before its first token, at most 7, read by the
-  summary of the region its first token is in) may be the rows its ring write stores
-  (capacity 8: always, when the chunk starts and ends inside a region). So that summary's
-  program stores the request's open rows itself, after its reads; every other request's
-  rows are stored by a program of their own, which no summary of the step reads.
-
-Both are launched with programmatic dependent launch (PDL) where the GPU has it (sm_90+):
-each waits for the kernel before it (``griddepcontrol.wait``) before touching memory, and
-lets the next one be launched at once, so the second launch's latency hides behind the
-first. ``update_prefill`` and ``build_prefill_groups`` take this path on their own
-(``two_launches``); the decision reads only shapes. The kernels' Triton source:
+"Prefill in two launches"): ``build_prefill_groups_filled`` writes every metadata row itself
+(no fill), then ``prefill_update`` computes the summaries and stores the ring rows in one
+launch, each request's open rows stored by the program that reads them or by one of their
+own; both with PDL where the GPU has it. The kernels' Triton source:
 ``step5.ops.kernels.prefill_fused``.
 """
 
@@ -46,15 +29,9 @@ LAUNCH_PDL = True  # launch both kernels with PDL where the GPU has it (False: p
 
 
 def two_launches(tokens: int, requests: int) -> bool:
-    """Whether a step of ``tokens`` tokens and ``requests`` requests takes this path: the
-    filled build, then a single launch of summaries and ring writes. From shapes only.
-
-    The filled build needs at most ``MAX_REQUESTS`` requests (a program scans 8 tokens
-    before its own per request after the first). Steps below ``MIN_TOKENS`` tokens, the
-    small mixed batches of decode tokens and short chunks, keep the three launches that the
-    serving-schedule tests pin (``tests/step5/test_schedule.py`` asserts those kernels run
-    in its steps of at most 243 tokens); the single launch would be as exact there.
-    """
+    """Whether a step of ``tokens`` tokens and ``requests`` requests takes this path, from
+    shapes only: at most ``MAX_REQUESTS`` requests (the filled build's halo); below
+    ``MIN_TOKENS`` tokens the three launches stay (``tests/step5/test_schedule.py`` pins them)."""
     return tokens >= MIN_TOKENS and 1 <= requests <= MAX_REQUESTS
 
 
