@@ -5,13 +5,13 @@ the prefill metadata."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from jitkern import Config, Tensor, launch_stride, targets
+from jitkern import Config, Tensor, TritonJitKernel, launch_stride, targets
 from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME
-from step5.ops.validate import check_mean
+from step5.ops.validate import SIZE_LIMIT, check_mean
 
 DIM = 256  # index-head dimension
 NUM_WARPS = 1  # one warp per region is fastest (spec, "Why the Step5 kernels use one warp")
@@ -112,3 +112,22 @@ def prefill_metadata_geometry(tokens: int, rows: int) -> tuple[int, int]:
         raise ValueError(f"metadata: {rows} rows is not the layout build_prefill_groups makes for {tokens} tokens "
                          "(tokens // 8 + 2 * requests rows)")
     return tokens // 8 + extra // 2, extra // 2
+
+
+class Step5Kernel(TritonJitKernel):
+    """What every Step5 kernel shares: sizes below ``SIZE_LIMIT`` (its arithmetic stays
+    i32) and the check of a manifest's config as a whole."""
+
+    size_limit = SIZE_LIMIT
+    check_config = check_deployment
+
+
+class SummaryKernel(Step5Kernel):
+    """A kernel writing summaries: fp32 operations in the spec's order (no fused
+    multiply-add), its target's code paths, and a ptxas register cap, or none."""
+
+    maxnreg: ClassVar[int | None] = None
+
+    def constants(self, key: Any) -> dict[str, Any]:
+        cap = {} if self.maxnreg is None else {"maxnreg": self.maxnreg}
+        return {**super().constants(key), "enable_fp_fusion": False, **cap, **target_paths(key.num_warps)}

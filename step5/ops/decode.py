@@ -9,29 +9,25 @@ source: ``step5.ops.kernels.decode``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
+from jitkern import LaunchSpec, argument, computed, dtype_of, fixed, kernel_launcher, public_call
 from jitkern.kernel.arguments import Arguments
 from jitkern.kernel.validation import runs_on_host
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
-                              RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, check_deployment, stride_kwargs, target_paths)
+                              RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops import validate
-from step5.ops.validate import SIZE_LIMIT, check_decode_values, check_ring
-
-_DECODE_MAXNREG = 200  # ptxas issues all 14 ring loads at once (spec, "Register caps")
+from step5.ops.validate import check_decode_values, check_ring
 
 
-class UpdateDecodeKernel(TritonJitKernel):
+class UpdateDecodeKernel(SummaryKernel):
     name = "step5.update_decode"
     kernel = update_decode_kernel
     compile_cost = 0.6  # seconds a key on our CPU machine
+    maxnreg = 200  # ptxas issues all 14 ring loads at once (spec, "Register caps")
     fixed_strides = {"ring", "mean.1", "mean.2", "slots", "ring_base"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(**ROWS, slots=INDEX, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
 
     @dataclass(frozen=True, kw_only=True)
@@ -42,10 +38,6 @@ class UpdateDecodeKernel(TritonJitKernel):
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return {**super().constants(key), "enable_fp_fusion": False, "maxnreg": _DECODE_MAXNREG,
-                **target_paths(key.num_warps)}
 
     @kernel_launcher
     def __call__(self, compile_key, key, z, slots, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:

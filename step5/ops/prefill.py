@@ -14,17 +14,17 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, TritonJitKernel, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
+from jitkern import (LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
                      public_call, torch_step)
 from jitkern.kernel.arguments import Arg, Arguments, describe
 from jitkern.kernel.validation import runs_on_host
 from step5.ops import prefill_fused
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES,
                               PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
-                              SLOT_DTYPES, check_deployment, prefill_metadata_geometry, stride_kwargs, target_paths)
+                              SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
 from step5.ops import validate
-from step5.ops.validate import SIZE_LIMIT, check_build_values, check_prefill_values, check_ring
+from step5.ops.validate import check_build_values, check_prefill_values, check_ring
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 _GROUP_FILL_ROWS = 1024  # rows of the one program that writes -1 to every row itself
@@ -41,12 +41,10 @@ def one_program(tokens: int, rows: int) -> bool:
     return tokens <= _GROUP_BUILD_TOKENS and rows <= _GROUP_FILL_ROWS
 
 
-class BuildPrefillGroupsKernel(TritonJitKernel):
+class BuildPrefillGroupsKernel(Step5Kernel):
     name = "step5.build_prefill_groups"
     kernel = build_prefill_groups_kernel
     fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
 
     @dataclass(frozen=True, kw_only=True)
@@ -80,13 +78,12 @@ class BuildPrefillGroupsKernel(TritonJitKernel):
 # --- prefill, step 2: one program per closed region ---------------------------------------
 
 
-class PrefillSummaryKernel(TritonJitKernel):
+class PrefillSummaryKernel(SummaryKernel):
     name = "step5.prefill_summary"
     kernel = prefill_summary_kernel
     compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
+    maxnreg = PREFILL_MAXNREG
     fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
 
     @dataclass(frozen=True, kw_only=True)
@@ -96,10 +93,6 @@ class PrefillSummaryKernel(TritonJitKernel):
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return {**super().constants(key), "enable_fp_fusion": False, "maxnreg": PREFILL_MAXNREG,
-                **target_paths(key.num_warps)}
 
     @kernel_launcher
     def __call__(self, compile_key, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
@@ -112,12 +105,10 @@ class PrefillSummaryKernel(TritonJitKernel):
 # --- prefill, step 3: store the rows of regions still open --------------------------------
 
 
-class WriteRingKernel(TritonJitKernel):
+class WriteRingKernel(Step5Kernel):
     name = "step5.write_ring"
     kernel = write_ring_kernel
     fixed_strides = {"ring", "metadata", "ring_slots"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(**ROWS, metadata=METADATA, ring_slots=INDEX, ring=RING)
 
     @dataclass(frozen=True, kw_only=True)

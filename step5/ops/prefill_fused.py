@@ -13,13 +13,12 @@ from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, TritonJitKernel, argument, cdiv, computed, dtype_of, fixed, kernel_launcher
+from jitkern import LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher
 from jitkern.kernel.validation import device_has_pdl, use_gdc
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES,
                               PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
-                              SLOT_DTYPES, check_deployment, prefill_metadata_geometry, stride_kwargs, target_paths)
+                              SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill_fused import build_prefill_groups_filled_kernel, prefill_update_kernel
-from step5.ops.validate import SIZE_LIMIT
 
 _ROWS = 32  # group rows (and request rows) per program of the filled build: its 256 tokens
 _HALO = 256  # tokens before a program's own that may land in its rows: 8 * (requests - 1)
@@ -44,12 +43,10 @@ def launch_pdl(device: torch.device) -> bool:
 # --- the filled build: every metadata row written by the kernel ------------------------------
 
 
-class BuildFilledPrefillGroupsKernel(TritonJitKernel):
+class BuildFilledPrefillGroupsKernel(Step5Kernel):
     name = "step5.build_prefill_groups_filled"
     kernel = build_prefill_groups_filled_kernel
     fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
 
     @dataclass(frozen=True, kw_only=True)
@@ -80,13 +77,12 @@ class BuildFilledPrefillGroupsKernel(TritonJitKernel):
 # --- summaries and ring writes in one launch ---------------------------------------------------
 
 
-class PrefillUpdateKernel(TritonJitKernel):
+class PrefillUpdateKernel(SummaryKernel):
     name = "step5.prefill_update"
     kernel = prefill_update_kernel
     compile_cost = 2.0  # seconds a key on our CPU machine, about: 1.7x the summary kernel's in a serial warmup
+    maxnreg = PREFILL_MAXNREG
     fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base", "ring_slots"}  # what the public function fixes
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, ring_slots=INDEX, mean=MEAN, ring=RING)
 
     @dataclass(frozen=True, kw_only=True)
@@ -100,8 +96,7 @@ class PrefillUpdateKernel(TritonJitKernel):
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     def constants(self, key: CompileKey) -> dict[str, Any]:
-        return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl), "enable_fp_fusion": False,
-                "maxnreg": PREFILL_MAXNREG, **target_paths(key.num_warps)}
+        return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
     def __call__(self, compile_key, key, z, groups, positions, ring_base, ring_slots, mean, ring, capacity: int,

@@ -5,28 +5,24 @@ source: ``step5.ops.kernels.verify``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, Tensor, TritonJitKernel, argument, computed, dtype_of, fixed, kernel_launcher, public_call
+from jitkern import LaunchSpec, Tensor, argument, computed, dtype_of, fixed, kernel_launcher, public_call
 from jitkern.kernel.arguments import Arg, Arguments
 from jitkern.kernel.validation import INDEX_DTYPES, runs_on_host
 from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
-                              RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, check_deployment, stride_kwargs,
-                              target_paths)
+                              RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
 from step5.ops import validate
-from step5.ops.validate import SIZE_LIMIT, check_ring, check_verify_values
+from step5.ops.validate import check_ring, check_verify_values
 
 
-class UpdateVerifyKernel(TritonJitKernel):
+class UpdateVerifyKernel(SummaryKernel):
     name = "step5.update_verify"
     kernel = update_verify_kernel
     compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
     fixed_strides = {"ring", "mean.1", "mean.2", "slots", "query_start_loc", "seq_lens", "ring_base"}
-    size_limit = SIZE_LIMIT
-    check_config = check_deployment
     # Four requests of q tokens. The index tensors' sizes vary together (tokens = q * requests,
     # which the key's q depends on) and reach the kernel only as n_tokens, which is not
     # specialised: their stand-ins keep one size.
@@ -45,9 +41,6 @@ class UpdateVerifyKernel(TritonJitKernel):
         seq_lens_dtype: str = dtype_of("seq_lens", warm=SEQ_LENS_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        return {**super().constants(key), "enable_fp_fusion": False, **target_paths(key.num_warps)}
 
     @kernel_launcher
     def __call__(self, compile_key, key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring,
