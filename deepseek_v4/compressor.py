@@ -98,7 +98,7 @@ def compress_windows(state_cache: torch.Tensor, block_table: torch.Tensor, posit
     return out
 
 
-COMPRESS = Arguments(head_dim=POSITIVE, block_size=POSITIVE, state_cache=floats("blocks block _"),
+COMPRESS = Arguments(head_dim=POSITIVE, block_size=POSITIVE, state_cache=floats("blocks block_size _"),
                      block_table=Arg("requests _", torch.int32, strides="_ 1"), positions=INDEX, req_indices=INDEX,
                      out=floats("tokens _", written=True))
 
@@ -112,8 +112,6 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
         check_int("max_position", max_position, minimum=0)
     width = geometry.state_width(head_dim)
     tokens = positions.shape[0]
-    if state_cache.shape[1] != block_size:
-        raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
     if state_cache.shape[2] < 2 * width:
         raise ValueError(
             f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "

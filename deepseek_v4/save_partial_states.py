@@ -99,9 +99,9 @@ def save_partial_states(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor
                                   compress_ratio, launch_pdl=launch_pdl)
 
 
-STORE = Arguments(kv=floats("tokens H"), score=floats("tokens H"), ape=floats("ratio _"),
-                  state_cache=floats("blocks block _", written=True), positions=INDEX, slot_mapping=INDEX,
-                  block_size=POSITIVE, state_width=int, sizes=dict(H=POSITIVE))
+STORE = Arguments(block_size=POSITIVE, state_width=int, kv=floats("tokens H"), score=floats("tokens H"),
+                  ape=floats("ratio _"), state_cache=floats("blocks block_size _", written=True), positions=INDEX,
+                  slot_mapping=INDEX, sizes=dict(H=POSITIVE))
 
 
 def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,
@@ -112,8 +112,6 @@ def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mappi
     tokens, head_size = kv.shape
     if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
         raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
-    if state_cache.shape[1] != block_size:
-        raise ValueError(f"state_cache: dim 1 is {state_cache.shape[1]}, expected block_size={block_size}")
     if not head_size <= state_width:
         raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
     if state_cache.shape[2] < state_width + head_size:

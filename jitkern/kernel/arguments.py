@@ -75,8 +75,8 @@ class Checked:
 
 class Arguments:
     """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
-    argument, a ``range`` for an int within it. ``sizes`` bounds named sizes
-    (``tokens=range(2**30)``)."""
+    argument, a ``range`` for an int within it; a dimension named as an int argument is that
+    argument's value. ``sizes`` bounds named sizes (``tokens=range(2**30)``)."""
 
     def __init__(self, *, sizes: Mapping[str, range] | None = None, **arguments: Arg | type) -> None:
         for name, declared in arguments.items():
@@ -93,12 +93,13 @@ class Arguments:
         tensors: dict[str, torch.Tensor] = {}
         for name, declared in self.arguments.items():
             value = values[name]
-            if declared is int:
+            if declared is int or type(declared) is range:
                 check_int(name, value)
-            elif type(declared) is range:
-                check_int(name, value)
-                if value not in declared:
+                if type(declared) is range and value not in declared:
                     raise ValueError(f"{name}: expected an int in [{declared.start}, {declared.stop}), got {value}")
+                if name in sizes and sizes[name] != value:  # a dimension named as this argument came first
+                    raise ValueError(f"{name}: {value}, but {bound_by[name]} has {name} = {sizes[name]}")
+                sizes[name], bound_by[name] = value, name  # dimensions named as it are its value
             elif value is not None or not declared.optional:
                 self._check_tensor(name, value, declared, tensors, sizes, bound_by)
                 tensors[name] = value
@@ -121,6 +122,8 @@ class Arguments:
             if type(want) is int or want == ANY:
                 continue
             if want in sizes:
+                if size != sizes[want] and bound_by[want] == want:
+                    raise ValueError(f"{name}: dim {dim} is {size}, expected {want}={sizes[want]}")
                 if size != sizes[want]:
                     raise ValueError(f"{name}: {want} = {size} (dim {dim}), but {bound_by[want]} has {want} = "
                                      f"{sizes[want]}")

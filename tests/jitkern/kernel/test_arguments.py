@@ -74,6 +74,18 @@ def test_the_first_argument_naming_a_size_binds_it():
         ROWS.check(dict(call, index=call["index"][:4]))
 
 
+def test_a_dimension_named_as_an_int_argument_is_its_value_in_either_order():
+    before = Arguments(block_size=range(1, 64), cache=Arg("blocks block_size 8", torch.float32))
+    after = Arguments(cache=Arg("blocks block_size 8", torch.float32), block_size=int)
+    cache = torch.zeros(3, 4, 8)
+    assert before.check(dict(cache=cache, block_size=4)).block_size == 4
+    assert after.check(dict(cache=cache, block_size=4)).blocks == 3
+    with pytest.raises(ValueError, match=r"^cache: dim 1 is 4, expected block_size=2$"):
+        before.check(dict(cache=cache, block_size=2))
+    with pytest.raises(ValueError, match=r"^block_size: 2, but cache has block_size = 4$"):
+        after.check(dict(cache=cache, block_size=2))
+
+
 def test_declarations_that_cannot_work_are_refused_where_made():
     with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int or a range of ints$"):
         Arguments(x=3)
