@@ -41,6 +41,9 @@ if [ "${1:-proofs}" = proofs ]; then
   export TRITON_CACHE_DIR=$IR
   step tests 300 gpu-suite.txt env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest -p no:cacheprovider \
     --durations=10 tests
+  # again, in new processes that adopt the load memos the run above wrote (a restarted server's path)
+  step tests-over-memos 300 gpu-suite-memos.txt env JITKERN_TEST_MODE=gpu python3 -m pytest -q -p jitkern_pytest \
+    -p no:cacheprovider -n 6 tests
 elif [ "$1" = benchmarks ]; then
   export TRITON_CACHE_DIR=$BIN
   step launch 300 bench-launch.txt python3 benchmarks/bench_launch.py --repeats 15
