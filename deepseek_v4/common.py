@@ -1,5 +1,6 @@
 """What the store and the compressor share: each compression ratio's geometry, the float
-dtype, the engine's PDL request, the manifest config that warms them, the tensor arguments.
+dtype, the engine's PDL request, the manifest config that warms them, the tensor arguments,
+and what the compressor and the fused decode step declare alike (``WindowKernel``).
 
 The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
 validation and the kernels' launchers cannot disagree on a width or a block size.
@@ -12,9 +13,9 @@ from typing import Any
 
 import torch
 
-from jitkern import Config, Warm
+from jitkern import Config, Tensor, TritonJitKernel, Warm, argument, dtype_of
 from jitkern.kernel.arguments import Arg
-from jitkern.kernel.validation import INDEX_DTYPES, INDEX_DTYPES_BY_NAME, device_has_pdl
+from jitkern.kernel.validation import INDEX_DTYPES, INDEX_DTYPES_BY_NAME, device_has_pdl, use_gdc
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,31 @@ def floats(shape: str, written: bool = False) -> Arg:
 
 INDEX = Arg("tokens", INDEX_DTYPES, contiguous=True)  # positions, slot_mapping, req_indices
 POSITIVE = range(1, 2**31)  # an int argument: a size
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowKey:
+    """The first key fields of the compressor and the fused decode step: the window's
+    geometry and the dtypes of the tensors both read."""
+
+    compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
+    head_dim: int = argument("head_dim", constexpr="HEAD_DIM", warm=HEAD_DIM)
+    block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+    dtype: str = dtype_of("state_cache", warm=[FLOAT_DTYPE])  # every float tensor's (the public functions check)
+    block_table_dtype: str = dtype_of("block_table", warm=[torch.int32])
+    positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+
+
+class WindowKernel(TritonJitKernel):
+    """A kernel computing window entries (the compressor, the fused decode step): the usual
+    layouts of the tensors both take, and the constants that follow from the geometry."""
+
+    stand_ins = dict(state_cache=Tensor((1, "block_size", lambda key: 2 * key_width(key))), positions=Tensor((1,)),
+                     block_table=Tensor((1, 16), varying=(0, 1)),  # max_blocks varies with the context length
+                     req_indices=Tensor((1,)), out=Tensor((1, "head_dim"), "dtype"))
+
+    def constants(self, key: Any) -> dict[str, Any]:
+        geometry = ratio_geometry(key.compress_ratio)
+        return {**super().constants(key), "STATE_WIDTH": geometry.state_width(key.head_dim),
+                "OVERLAP": geometry.overlap, "USE_GDC": use_gdc(key.launch_pdl)}
+

@@ -10,47 +10,31 @@ say why ratio 128 scans chunks of tokens). The kernel's Triton source:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, derived, dtype_of, kernel_launcher, launch_stride,
-                     public_call)
+from jitkern import LaunchSpec, argument, derived, dtype_of, kernel_launcher, launch_stride, public_call
 from jitkern.kernel.arguments import Arg, Arguments
-from jitkern.kernel.validation import check_int, runs_on_host, use_gdc
-from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, HEAD_DIM, INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL,
-                                POSITIVE, RATIOS, floats, key_width, ratio_geometry, resolve_pdl)
+from jitkern.kernel.validation import check_int, runs_on_host
+from deepseek_v4.common import (INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE, RATIOS, WindowKernel, WindowKey, floats,
+                                ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.compressor import compress_windows_kernel
 from deepseek_v4.tiling import chunk_count, chunk_grid, chunk_size, compressor_tiling
 
 
-class CompressWindowsKernel(TritonJitKernel):
+class CompressWindowsKernel(WindowKernel):
     name = "deepseek_v4.compress_windows"
     compile_cost = 0.25  # seconds a key on our CPU machine
     kernel = compress_windows_kernel
-    stand_ins = dict(state_cache=Tensor((1, "block_size", lambda key: 2 * key_width(key))), positions=Tensor((1,)),
-                     block_table=Tensor((1, 16), varying=(0, 1)),  # max_blocks varies with the context length
-                     req_indices=Tensor((1,)), out=Tensor((1, "head_dim"), "dtype"))
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
-        head_dim: int = argument("head_dim", constexpr="HEAD_DIM", warm=HEAD_DIM)
-        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        dtype: str = dtype_of("state_cache", warm=[FLOAT_DTYPE])  # state_cache and out (the public function checks)
-        block_table_dtype: str = dtype_of("block_table", warm=[torch.int32])
-        positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+    class CompileKey(WindowKey):
         req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)
         scan: int = derived(compressor_tiling, "scan", constexpr="SCAN")
         block_d: int = derived(compressor_tiling, "block_d", constexpr="BLOCK_D")
         program_d: int = derived(compressor_tiling, "program_d", constexpr="PROGRAM_D")
         num_warps: int = derived(compressor_tiling, "num_warps", option="num_warps")
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        geometry = ratio_geometry(key.compress_ratio)
-        return {**super().constants(key), "STATE_WIDTH": geometry.state_width(key.head_dim),
-                "OVERLAP": geometry.overlap, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
     def __call__(self, compile_key, state_cache: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor,

@@ -10,41 +10,31 @@ source: ``deepseek_v4.kernels.decode_step``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, cdiv, derived, dtype_of, kernel_launcher,
-                     launch_stride, public_call)
-from jitkern.kernel.validation import runs_on_host, use_gdc
-from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, HEAD_DIM, INDEX_DTYPE_NAMES, LAUNCH_PDL, RATIOS,
-                                key_width, ratio_geometry, resolve_pdl)
+from jitkern import LaunchSpec, Tensor, argument, cdiv, derived, dtype_of, kernel_launcher, launch_stride, public_call
+from jitkern.kernel.validation import runs_on_host
+from deepseek_v4.common import (INDEX_DTYPE_NAMES, LAUNCH_PDL, RATIOS, WindowKernel, WindowKey, key_width, ratio_geometry,
+                                resolve_pdl)
 from deepseek_v4.compressor import check_compress_windows
 from deepseek_v4.kernels.decode_step import decode_step_kernel
 from deepseek_v4.save_partial_states import check_save_partial_states
 from deepseek_v4.tiling import DECODE_MIN_PROGRAMS, chunk_grid, chunk_size, decode_tiling
 
 
-class DecodeStepKernel(TritonJitKernel):
+class DecodeStepKernel(WindowKernel):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
     kernel = decode_step_kernel
-    stand_ins = dict(  # the store's and the compressor's usual layouts (theirs)
-        kv=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1)),
+    stand_ins = dict(  # the compressor's usual layouts, and the store's (kv and score views of one projection)
+        **WindowKernel.stand_ins, kv=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1)),
         score=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1),
                      aligned=lambda key: 4 * key_width(key) % 16 == 0),
-        ape=Tensor(("compress_ratio", key_width), "dtype", varying=()), positions=Tensor((1,)),
-        state_cache=Tensor((1, "block_size", lambda key: 2 * key_width(key))), slot_mapping=Tensor((1,)),
-        block_table=Tensor((1, 16), varying=(0, 1)), req_indices=Tensor((1,)), out=Tensor((1, "head_dim"), "dtype"))
+        ape=Tensor(("compress_ratio", key_width), "dtype", varying=()), slot_mapping=Tensor((1,)))
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        compress_ratio: int = argument("compress_ratio", constexpr="COMPRESS_RATIO", warm=COMPRESS_RATIO)
-        head_dim: int = argument("head_dim", constexpr="HEAD_DIM", warm=HEAD_DIM)
-        block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        dtype: str = dtype_of("state_cache", warm=[FLOAT_DTYPE])  # kv, score, ape, state_cache and out
-        block_table_dtype: str = dtype_of("block_table", warm=[torch.int32])
-        positions_dtype: str = dtype_of("positions", warm=INDEX_DTYPE_NAMES)  # int32 or int64: different binaries
+    class CompileKey(WindowKey):
         slot_mapping_dtype: str = dtype_of("slot_mapping", warm=INDEX_DTYPE_NAMES)
         req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)
@@ -52,11 +42,6 @@ class DecodeStepKernel(TritonJitKernel):
         block_d: int = derived(decode_tiling, "block_d", constexpr="BLOCK_D")
         program_d: int = derived(decode_tiling, "program_d", constexpr="PROGRAM_D")
         num_warps: int = derived(decode_tiling, "num_warps", option="num_warps")
-
-    def constants(self, key: CompileKey) -> dict[str, Any]:
-        geometry = ratio_geometry(key.compress_ratio)
-        return {**super().constants(key), "STATE_WIDTH": geometry.state_width(key.head_dim),
-                "OVERLAP": geometry.overlap, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
     def __call__(self, compile_key, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
