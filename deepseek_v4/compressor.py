@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, argument, derived, dtype_of, kernel_launcher, launch_stride, public_call
-from jitkern.kernel.arguments import Arg, Arguments
-from jitkern.kernel.validation import check_int, runs_on_host
+from jitkern.kernel.arguments import Arg, Arguments, Within
+from jitkern.kernel.validation import INDEX_DTYPES, check_int, runs_on_host
 from deepseek_v4.common import (INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE, RATIOS, WindowKernel, WindowKey, floats,
                                 ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.compressor import compress_windows_kernel
@@ -83,7 +83,8 @@ def compress_windows(state_cache: torch.Tensor, block_table: torch.Tensor, posit
 
 
 COMPRESS = Arguments(head_dim=POSITIVE, block_size=POSITIVE, state_cache=floats("blocks block_size _"),
-                     block_table=Arg("requests _", torch.int32, strides="_ 1"), positions=INDEX, req_indices=INDEX,
+                     block_table=Arg("requests _", torch.int32, strides="_ 1"),
+                     positions=Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(0)), req_indices=INDEX,
                      out=floats("tokens _", written=True))
 
 
@@ -97,16 +98,13 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
     width = geometry.state_width(head_dim)
     tokens = positions.shape[0]
     if state_cache.shape[2] < 2 * width:
-        raise ValueError(
-            f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "
-            f"at ratio {compress_ratio}"
-        )
+        raise ValueError(f"state_cache: last dim {state_cache.shape[2]} < 2W = {2 * width} for head_dim={head_dim} "
+                         f"at ratio {compress_ratio}")
     if out.shape[1] < head_dim:
         raise ValueError(f"out: shape {tuple(out.shape)}, expected [{tokens}, >= head_dim={head_dim}]")
     if max_position is not None and max_position // block_size >= block_table.shape[1]:
-        raise ValueError(
-            f"block_table: {block_table.shape[1]} blocks of {block_size} cannot hold max_position={max_position}"
-        )
+        raise ValueError(f"block_table: {block_table.shape[1]} blocks of {block_size} cannot hold "
+                         f"max_position={max_position}")
     if runs_on_host(positions) and tokens:
         _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size)
     return checked.device
@@ -115,8 +113,6 @@ def check_compress_windows(state_cache, block_table, positions, req_indices, out
 def _check_values_on_host(state_cache, block_table, positions, req_indices, compress_ratio, block_size) -> None:
     """Checks that need the values: free in the interpreter, a device sync on a GPU."""
     closing = (positions + 1) % compress_ratio == 0
-    if int(positions.min()) < 0:
-        raise ValueError("positions: must be >= 0")
     if not bool(closing.any()):
         return
     requests = req_indices[closing].long()

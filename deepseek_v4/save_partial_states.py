@@ -16,9 +16,9 @@ import torch
 
 from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, derived, dtype_of, kernel_launcher, launch_stride,
                      public_call, size_of)
-from jitkern.kernel.arguments import Arguments
-from jitkern.kernel.validation import first_outside, runs_on_host, use_gdc
-from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE,
+from jitkern.kernel.arguments import Arg, Arguments, Within
+from jitkern.kernel.validation import INDEX_DTYPES, use_gdc
+from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE,
                                 STATE_WIDTH, floats, ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
@@ -100,8 +100,11 @@ def save_partial_states(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor
 
 
 STORE = Arguments(block_size=POSITIVE, state_width=int, kv=floats("tokens H"), score=floats("tokens H"),
-                  ape=floats("ratio _"), state_cache=floats("blocks block_size _", written=True), positions=INDEX,
-                  slot_mapping=INDEX, sizes=dict(H=POSITIVE))
+                  ape=floats("ratio _"), state_cache=floats("blocks block_size _", written=True),
+                  positions=Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(
+                      0, where="slot_mapping", note="the kernel's % truncates, Python's floors")),
+                  slot_mapping=Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(
+                      0, lambda s: s.blocks * s.block_size, padding=-1, note="the cache's slots")), sizes=dict(H=POSITIVE))
 
 
 def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size: int,
@@ -109,25 +112,11 @@ def check_save_partial_states(kv, score, ape, positions, state_cache, slot_mappi
     """``save_partial_states``' argument checks (values too, where ``runs_on_host``); returns the device."""
     ratio_geometry(compress_ratio)  # 4 or 128; the spec's block size is a warmup default only
     checked = STORE.check(locals())
-    tokens, head_size = kv.shape
+    head_size = checked.H
     if ape.shape[0] != compress_ratio or ape.shape[1] < head_size:
         raise ValueError(f"ape: shape {tuple(ape.shape)}, expected [compress_ratio={compress_ratio}, >= {head_size}]")
     if not head_size <= state_width:
         raise ValueError(f"state_width: {state_width} is smaller than kv's width {head_size}; halves would overlap")
     if state_cache.shape[2] < state_width + head_size:
-        raise ValueError(
-            f"state_cache: last dim {state_cache.shape[2]} < state_width + H = {state_width} + {head_size}"
-        )
-    if runs_on_host(positions) and tokens:
-        _check_values_on_host(positions, state_cache, slot_mapping, block_size)
+        raise ValueError(f"state_cache: last dim {state_cache.shape[2]} < state_width + H = {state_width} + {head_size}")
     return checked.device
-
-
-def _check_values_on_host(positions, state_cache, slot_mapping, block_size) -> None:
-    """Slot and position checks that need the values: free in the interpreter, a sync on a GPU."""
-    stored = slot_mapping >= 0  # padding tokens' positions are never read
-    if bool(stored.any()) and int(positions[stored].min()) < 0:
-        raise ValueError("positions: must be >= 0 (the kernel's % truncates, Python's floors)")
-    slots = state_cache.shape[0] * block_size
-    if first_outside(slot_mapping, 0, slots, padding=-1) is not None:
-        raise ValueError(f"slot_mapping: slots must be -1 (padding) or in [0, {slots})")

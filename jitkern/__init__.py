@@ -13,7 +13,7 @@ from jitkern import guard as _guard
 from jitkern import memo as _memo
 from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
-from jitkern.kernel.arguments import Arg, Arguments
+from jitkern.kernel.arguments import Arg, Arguments, Within
 from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
 from jitkern.kernel.declare import (Config, DeclarationError, Tensor, Warm, argument, computed, derived, dtype_of,
                                     fixed, size_of, tuned)
@@ -58,6 +58,7 @@ __all__ = [
     "TritonWarmupTensor",
     "TuningSpace",
     "WarmupMismatch",
+    "Within",
     "cdiv",
     "kernel_launcher",
     "key_fields",

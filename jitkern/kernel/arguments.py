@@ -5,10 +5,12 @@ dtype, rank and sizes (sizes named alike must agree across tensors), the strides
 kernel assumes, strides below 2**31 (binaries keep them i32), one device for all; each
 int is an int (in its range). ``Arguments`` holds those declarations and ``check`` raises the first
 failure as a ``ValueError`` naming the argument, reading only shapes, strides, dtypes
-and devices (never values: no device sync). What is particular to a function (a value
-range, a relation no shape states) stays written out after it::
+and devices. The index values a kernel addresses memory with (``Within``) are read only
+where kernels run on host memory (``runs_on_host``), never on a GPU (a device sync).
+What is particular to a function (a relation no shape states) stays written out after it::
 
-    DECODE = Arguments(key=Arg("tokens 1 256", torch.bfloat16), slots=Arg("tokens", INDEX_DTYPES, contiguous=True),
+    DECODE = Arguments(key=Arg("tokens 1 256", torch.bfloat16),
+                       slots=Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(0, "kv_slots", padding=-1)),
                        capacity=int, sizes=dict(tokens=range(2**30)))
 
     def update_decode(key, slots, capacity):
@@ -20,11 +22,12 @@ planned call repeats no validation.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from jitkern.kernel.validation import check_int, check_strides_below_i32, dtype_name, same_device
+from jitkern.kernel.validation import (check_int, check_strides_below_i32, check_values_in, dtype_name, first_outside,
+                                       runs_on_host, same_device)
 
 ANY = "_"  # a dimension of any size, or a stride of any value
 MOVES = "+"  # a stride of any value but 0: each index its own element (not an expanded tensor)
@@ -37,6 +40,39 @@ def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:
     return tuple(int(word) if word.isdigit() else word for word in spec.split())
 
 
+Bound = int | str | Callable[["Checked"], int] | None  # an int, a bound size's name, or a function of them
+
+
+class Within:
+    """The values of an index tensor: each in ``[low, high)`` (``high`` None: no upper bound)
+    or ``padding``, skipping the entries where the argument named ``where`` holds its own
+    padding; ``ascending``: non-decreasing too (cumulative counts). A bound is an int, the
+    name of a size or int argument, or a function of the ``Checked`` sizes; ``note``, said
+    after the range, may name sizes in braces (``"the ring's {rows}"``)."""
+
+    def __init__(self, low: Bound = 0, high: Bound = None, *, padding: int | None = None, where: str | None = None,
+                 ascending: bool = False, note: str = "") -> None:
+        for bound in (low, high):
+            if not (bound is None or isinstance(bound, (int, str)) or callable(bound)):
+                raise TypeError(f"Within: bound {bound!r} is not an int, a size's name or a function of the sizes")
+        self.low, self.high, self.padding, self.where, self.ascending, self.note = low, high, padding, where, ascending, note
+
+    def check(self, name: str, values: torch.Tensor, arguments: Mapping[str, Any], checked: Checked,
+              valued: Mapping[str, Within]) -> None:
+        sizes = vars(checked)
+        low, high = (bound if bound is None or isinstance(bound, int) else
+                     sizes[bound] if isinstance(bound, str) else bound(checked) for bound in (self.low, self.high))
+        note = f" ({self.note.format_map(sizes)})" if self.note else ""
+        values = values.reshape(-1)
+        where = None if self.where is None else arguments[self.where].reshape(-1) != valued[self.where].padding
+        check_values_in(name, values, low, high, padding=self.padding, where=where, note=note)
+        if self.ascending and values.numel() > 1:
+            at = first_outside(values[1:].long() - values[:-1].long(), 0)
+            if at is not None:
+                raise ValueError(f"{name}: {name}[{at + 1}] = {int(values[at + 1])} is less than {name}[{at}] = "
+                                 f"{int(values[at])}; expected non-decreasing values")
+
+
 class Arg:
     """One tensor argument: its ``shape`` (a name per dimension binds a size that every
     argument naming it must share; an int is that size; ``_`` any; ``*name`` alone, any
@@ -44,10 +80,14 @@ class Arg:
     a tuple of them, or another argument's name: the same dtype as it), and the layout its
     kernel assumes: ``strides`` (an int per dimension it fixes, ``_`` for any, ``+`` for any
     but 0; a dimension of size 1 has no stride to check), ``contiguous``, ``written`` (a tensor the kernel
-    writes row by row, whose rows must not overlap in memory). ``optional``: None passes."""
+    writes row by row, whose rows must not overlap in memory). ``optional``: None passes.
+    ``values``: the ``Within`` of an index tensor's values."""
 
     def __init__(self, shape: str | Iterable[Any], dtype: Any, *, strides: str | Iterable[Any] | None = None,
-                 contiguous: bool = False, written: bool = False, optional: bool = False) -> None:
+                 contiguous: bool = False, written: bool = False, optional: bool = False,
+                 values: Within | None = None) -> None:
+        if values is not None and not isinstance(values, Within):
+            raise TypeError(f"Arg: values {values!r} is not a Within")
         self.shape = _words(shape)
         whole = self.shape[0] if len(self.shape) == 1 and isinstance(self.shape[0], str) else ""
         self.whole = whole[1:] if whole.startswith("*") else None  # "*shape": any rank, the whole shape named
@@ -55,7 +95,7 @@ class Arg:
         self.strides = _words(strides) if strides is not None else None
         if self.strides is not None and len(self.strides) != len(self.shape):
             raise ValueError(f"Arg: strides {self.strides} do not match shape {self.shape}")
-        self.contiguous, self.written, self.optional = contiguous, written, optional
+        self.contiguous, self.written, self.optional, self.values = contiguous, written, optional, values
 
     def expected(self, dtypes: tuple[torch.dtype, ...]) -> str:
         """``bfloat16 [tokens, 1, 256]`` (``float16 (a's dtype) [E, N, K]``): what the error
@@ -84,6 +124,17 @@ class Arguments:
                 raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int or a range of ints")
         self.arguments = arguments
         self.sizes = dict(sizes or {})
+        self.valued = {name: declared.values for name, declared in arguments.items()
+                       if isinstance(declared, Arg) and declared.values is not None}
+        named = {word for declared in arguments.values() if isinstance(declared, Arg) for word in declared.shape}
+        for name, values in self.valued.items():
+            for bound in (values.low, values.high):
+                if isinstance(bound, str) and bound not in named | set(arguments) | set(self.sizes):
+                    raise ValueError(f"Arguments: {name}'s values are bounded by {bound!r}, which no argument names")
+            where = self.valued.get(values.where)
+            if values.where is not None and (where is None or where.padding is None):
+                raise ValueError(f"Arguments: {name}'s values are checked where {values.where!r} is not padding, "
+                                 "but it is no argument with padding values")
 
     def check(self, values: Mapping[str, Any]) -> Checked:
         """Check the declared arguments among ``values`` (a call's ``locals()``), in their
@@ -103,7 +154,12 @@ class Arguments:
             elif value is not None or not declared.optional:
                 self._check_tensor(name, value, declared, tensors, sizes, bound_by)
                 tensors[name] = value
-        return Checked(sizes, same_device(**tensors) if tensors else None)
+        checked = Checked(sizes, same_device(**tensors) if tensors else None)
+        if self.valued and tensors and runs_on_host(next(iter(tensors.values()))):
+            for name, within in self.valued.items():
+                if values[name] is not None:
+                    within.check(name, values[name], values, checked, self.valued)
+        return checked
 
     def _check_tensor(self, name: str, tensor: Any, declared: Arg, tensors: dict[str, torch.Tensor],
                       sizes: dict[str, int], bound_by: dict[str, str]) -> None:

@@ -14,12 +14,11 @@ import torch
 
 from jitkern import LaunchSpec, argument, computed, dtype_of, fixed, kernel_launcher, public_call
 from jitkern.kernel.arguments import Arguments
-from jitkern.kernel.validation import runs_on_host
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops import validate
-from step5.ops.validate import check_decode_values, check_ring
+from step5.ops.validate import check_ring
 
 
 class UpdateDecodeKernel(SummaryKernel):
@@ -46,8 +45,9 @@ class UpdateDecodeKernel(SummaryKernel):
             **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
-DECODE = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.INDEX, positions=validate.POSITIONS,
-                   ring_base=validate.INDEX, mean=validate.MEAN, ring=validate.RING, capacity=int, sizes=validate.SIZES)
+DECODE = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.SLOTS, positions=validate.SLOT_POSITIONS,
+                   ring_base=validate.RING_BASE, mean=validate.MEAN, ring=validate.RING, capacity=int,
+                   sizes=validate.SIZES)
 
 
 @public_call(op="step5::update_decode", mutates=["mean", "ring"])
@@ -57,7 +57,5 @@ def update_decode(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, posit
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
     DECODE.check(locals())
     check_ring(ring, capacity, draft_tokens=0)
-    if runs_on_host(slots):
-        check_decode_values(slots, positions, ring_base, mean, ring, capacity)
     if key.shape[0]:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

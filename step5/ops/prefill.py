@@ -24,7 +24,7 @@ from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNE
                               SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
 from step5.ops import validate
-from step5.ops.validate import check_build_values, check_prefill_values, check_ring
+from step5.ops.validate import check_prefill_values, check_ring
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 _GROUP_FILL_ROWS = 1024  # rows of the one program that writes -1 to every row itself
@@ -123,11 +123,11 @@ class WriteRingKernel(Step5Kernel):
                                                         **stride_kwargs(key=key, z=z), n_groups=n_groups))
 
 
-BUILD = Arguments(slots=validate.INDEX, positions=validate.POSITIONS, owners=validate.INDEX,
+BUILD = Arguments(slots=validate.METADATA_SLOTS, positions=validate.SLOT_POSITIONS, owners=validate.INDEX,
                   query_start_loc=validate.STARTS, out=Arg("_ 3", torch.int32, contiguous=True, optional=True),
                   sizes=validate.SIZES)
 UPDATE = Arguments(key=validate.ROW, z=validate.ROW, metadata=validate.METADATA, positions=validate.POSITIONS,
-                   ring_base=validate.INDEX, ring_slots=validate.INDEX, mean=validate.MEAN, ring=validate.RING,
+                   ring_base=validate.RING_BASE, ring_slots=validate.RING_SLOTS, mean=validate.MEAN, ring=validate.RING,
                    capacity=int, sizes=validate.SIZES)
 
 
@@ -156,8 +156,6 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
     tokens, device = checked.tokens, checked.device
     if query_start_loc.shape[0] < 1:
         raise ValueError("query_start_loc: expected [requests + 1] cumulative token counts, got an empty tensor")
-    if runs_on_host(slots):
-        check_build_values(slots, positions, query_start_loc)
     requests = query_start_loc.shape[0] - 1
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
     if out is not None and tuple(out.shape) != shape:
@@ -198,7 +196,7 @@ def update_prefill(key: torch.Tensor, z: torch.Tensor, metadata: torch.Tensor, p
     check_ring(ring, capacity, draft_tokens=0)
     n_groups, requests = prefill_metadata_geometry(tokens, metadata.shape[0])
     if runs_on_host(metadata):
-        check_prefill_values(metadata, positions, ring_base, ring_slots, mean, ring, capacity, n_groups)
+        check_prefill_values(metadata, positions, mean, n_groups)
     if prefill_fused.two_launches(tokens, requests):
         prefill_fused.PrefillUpdateKernel()(key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity,
                                             prefill_fused.launch_pdl(key.device))

@@ -4,17 +4,17 @@ They read only shapes, strides, dtypes and devices, never tensor values, so they
 the hot path no device synchronisation. Each failure is a ``ValueError`` naming the
 argument, raised before anything is launched. Where kernels run in Triton's interpreter
 on host memory (``jitkern.kernel.validation.runs_on_host``), whose out-of-range address
-reads or corrupts it, the ``check_*_values`` functions also check the index values the
-kernels address memory with: free there, a device sync on a GPU, where they are never
-called.
+reads or corrupts it, the index values the kernels address memory with are checked too
+(each ``Within``; ``check_prefill_values``): free there, a device sync on a GPU, where
+they are never read.
 """
 
 from __future__ import annotations
 
 import torch
 
-from jitkern.kernel.arguments import Arg, Arguments
-from jitkern.kernel.validation import INDEX_DTYPES, check_values_in, first_outside
+from jitkern import Arg, Arguments, Within
+from jitkern.kernel.validation import INDEX_DTYPES, first_outside
 
 RING_ROW = 512  # a ring row is [key (256) | z (256)], bf16
 SIZE_LIMIT = 2**30  # tokens, requests: what the kernels compute from them stays i32 (their binaries)
@@ -24,10 +24,20 @@ METADATA_SLOT_LIMIT = 2**31  # build_prefill_groups' metadata holds KV slots as 
 # tensors only positions (the kernels take its stride); mean's blocks only.
 ROW = Arg("tokens 1 256", torch.bfloat16)
 INDEX = Arg("tokens", INDEX_DTYPES, contiguous=True)
+SLOTS = Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(0, lambda s: s.blocks * s.regions * 8, padding=-1,
+                                                                   note="the KV slots of mean"))
+METADATA_SLOTS = Arg("tokens", INDEX_DTYPES, contiguous=True,  # build_prefill_groups': into its int32 metadata
+                     values=Within(0, METADATA_SLOT_LIMIT, padding=-1, note="the metadata holds int32 slots"))
 POSITIONS = Arg("tokens", INDEX_DTYPES, strides="+")
+SLOT_POSITIONS = Arg("tokens", INDEX_DTYPES, strides="+", values=Within(0, where="slots", note="a token with a KV slot"))
+RING_BASE = Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(
+    0, lambda s: s.rows - s.capacity + 1, padding=-1, note="a request's {capacity} rows from its base must fit the "
+    "ring's {rows}"))
+RING_SLOTS = Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(0, "rows", padding=-1, note="the ring's rows"))
 MEAN = Arg("blocks regions 256", torch.uint8, strides="_ 256 1")  # regions: block_size // 8
 RING = Arg("rows 512", torch.bfloat16, contiguous=True)
-STARTS = Arg("_", INDEX_DTYPES, contiguous=True)  # query_start_loc: requests + 1 cumulative counts
+STARTS = Arg("_", INDEX_DTYPES, contiguous=True,  # query_start_loc: requests + 1 cumulative counts
+             values=Within(0, lambda s: s.tokens + 1, ascending=True, note="the step has {tokens} tokens"))
 METADATA = Arg("_ 3", torch.int32, contiguous=True)  # build_prefill_groups' rows
 SIZES = dict(tokens=range(SIZE_LIMIT), requests=range(SIZE_LIMIT), regions=range(1, 2**31))
 CACHE = Arguments(mean=MEAN, sizes=SIZES)
@@ -47,68 +57,17 @@ def check_ring(ring, capacity: int, draft_tokens: int) -> None:
         raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
 
 
-# --- index values, where kernels run on host memory (``runs_on_host``) -----------------------
+# --- the prefill metadata's values, where kernels run on host memory (``runs_on_host``) -------
 
 
-def check_decode_values(slots, positions, ring_base, mean, ring, capacity: int) -> None:
-    """``update_decode``'s index values."""
-    _check_token_values(slots, positions, _kv_slots(mean), "the KV slots of mean")
-    _check_ring_base(ring_base, ring, capacity)
-
-
-def check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity: int) -> None:
-    """``update_verify``'s index values. ``seq_lens`` address nothing (a token at a negative
-    position is skipped) but are lengths: not negative."""
-    check_values_in("slots", slots, 0, _kv_slots(mean), padding=-1, note=" (the KV slots of mean)")
-    _check_query_start_loc(query_start_loc, slots.shape[0])
-    check_values_in("seq_lens", seq_lens, 0)
-    _check_ring_base(ring_base, ring, capacity)
-
-
-def check_build_values(slots, positions, query_start_loc) -> None:
-    """``build_prefill_groups``' index values: what its metadata carries to ``update_prefill``.
-    Not ``owners``: the kernel reads ``query_start_loc`` only at owners in range, and takes
-    a token of any other owner for padding."""
-    _check_token_values(slots, positions, METADATA_SLOT_LIMIT, "the metadata holds int32 slots")
-    _check_query_start_loc(query_start_loc, slots.shape[0])
-
-
-def check_prefill_values(metadata, positions, ring_base, ring_slots, mean, ring, capacity: int,
-                         n_groups: int) -> None:
-    """``update_prefill``'s index values, the metadata's rows among them: those
-    ``build_prefill_groups`` made of this step's inputs address only this step's tokens,
-    KV slots in ``mean`` and ring rows after this step's positions."""
-    _check_ring_base(ring_base, ring, capacity)
-    check_values_in("ring_slots", ring_slots, 0, ring.shape[0], padding=-1, note=" (the ring's rows)")
+def check_prefill_values(metadata, positions, mean, n_groups: int) -> None:
+    """``update_prefill``'s metadata rows: those ``build_prefill_groups`` made of this step's
+    inputs address only this step's tokens, KV slots in ``mean`` and ring rows after this
+    step's positions."""
     tokens = positions.shape[0]
     if tokens:
-        _check_group_rows(metadata[:n_groups].long(), positions, _kv_slots(mean))
+        _check_group_rows(metadata[:n_groups].long(), positions, mean.shape[0] * mean.shape[1] * 8)
     _check_request_rows(metadata, n_groups, tokens)
-
-
-def _kv_slots(mean) -> int:
-    return mean.shape[0] * mean.shape[1] * 8
-
-
-def _check_token_values(slots, positions, slot_limit: int, slot_note: str) -> None:
-    check_values_in("slots", slots, 0, slot_limit, padding=-1, note=f" ({slot_note})")
-    check_values_in("positions", positions, 0, where=slots != -1, note=" (a token with a KV slot)")
-
-
-def _check_ring_base(ring_base, ring, capacity: int) -> None:
-    rows = ring.shape[0]
-    check_values_in("ring_base", ring_base, 0, rows - capacity + 1, padding=-1,
-                    note=f" (a request's {capacity} rows from its base must fit the ring's {rows})")
-
-
-def _check_query_start_loc(query_start_loc, tokens: int) -> None:
-    """Cumulative token counts of the step: non-decreasing, in ``[0, tokens]``."""
-    check_values_in("query_start_loc", query_start_loc, 0, tokens + 1, note=f" (the step has {tokens} tokens)")
-    starts = query_start_loc.long()
-    at = first_outside(starts[1:] - starts[:-1], 0)
-    if at is not None:
-        raise ValueError(f"query_start_loc: query_start_loc[{at + 1}] = {int(starts[at + 1])} is less than "
-                         f"query_start_loc[{at}] = {int(starts[at])}; expected cumulative token counts")
 
 
 def _check_group_rows(groups, positions, kv_slots: int) -> None:

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, Tensor, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from jitkern.kernel.arguments import Arg, Arguments
-from jitkern.kernel.validation import INDEX_DTYPES, runs_on_host
+from jitkern.kernel.arguments import Arg, Arguments, Within
+from jitkern.kernel.validation import INDEX_DTYPES
 from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
 from step5.ops import validate
-from step5.ops.validate import check_ring, check_verify_values
+from step5.ops.validate import check_ring
 
 
 class UpdateVerifyKernel(SummaryKernel):
@@ -50,8 +50,8 @@ class UpdateVerifyKernel(SummaryKernel):
             Ring=ring, n_tokens=slots.shape[0], **stride_kwargs(key=key, z=z, mean=mean)))
 
 
-VERIFY = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.INDEX, query_start_loc=validate.STARTS,
-                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True), ring_base=validate.INDEX,
+VERIFY = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.SLOTS, query_start_loc=validate.STARTS,
+                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True, values=Within(0)), ring_base=validate.RING_BASE,
                    mean=validate.MEAN, ring=validate.RING, capacity=int, sizes=validate.SIZES)
 
 
@@ -74,7 +74,5 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     if requests and tokens == 0:
         raise ValueError(f"key: no tokens for {requests} requests")
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
-    if runs_on_host(slots):
-        check_verify_values(slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)
     if requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)

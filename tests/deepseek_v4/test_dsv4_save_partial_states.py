@@ -156,11 +156,12 @@ def test_slot_mapping_out_of_range_is_refused_with_its_message(monkeypatch, inde
     slots = inputs["state_cache"].shape[0] * inputs["block_size"]
     large = 2**31 - 1 if index_dtype == torch.int32 else 2**40
     for value in (slots, large, random.randint(-(2**31), -2)):
-        slot_mapping = inputs["slot_mapping"].clone()
-        slot_mapping[random.randrange(8)] = value
+        slot_mapping, at = inputs["slot_mapping"].clone(), random.randrange(8)
+        slot_mapping[at] = value
         with pytest.raises(ValueError) as refused:
             save_partial_states(**_bad(inputs, slot_mapping=slot_mapping))
-        assert str(refused.value) == f"slot_mapping: slots must be -1 (padding) or in [0, {slots})"
+        assert str(refused.value) == (f"slot_mapping: slot_mapping[{at}] = {value}; expected -1 (padding) or in "
+                                      f"[0, {slots}) (the cache's slots)")
 
 
 def test_warmup_keys_follow_the_spec_table():

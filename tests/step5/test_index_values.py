@@ -151,7 +151,7 @@ def test_update_verify_refuses_decreasing_query_start_loc_and_negative_seq_lens(
     args["query_start_loc"] = _with_value(starts, at, int(starts[at - 1]) - 1)
     _refused(update_verify, args, ("mean", "ring"),
              re.escape(f"query_start_loc: query_start_loc[{at}] = {int(starts[at - 1]) - 1} is less than "
-                       f"query_start_loc[{at - 1}] = {int(starts[at - 1])}; expected cumulative token counts"))
+                       f"query_start_loc[{at - 1}] = {int(starts[at - 1])}; expected non-decreasing values"))
     args = _verify_args()
     at = random.randrange(args["seq_lens"].shape[0])
     args["seq_lens"] = _with_value(args["seq_lens"], at, random.randint(-1000, -1))
@@ -207,7 +207,7 @@ def test_build_prefill_groups_refuses_negative_positions_and_decreasing_query_st
     args["query_start_loc"] = _with_value(starts, at, int(starts[at - 1]) - 1)
     _refused(build_prefill_groups, _build(args), (),
              re.escape(f"query_start_loc: query_start_loc[{at}] = {int(starts[at - 1]) - 1} is less than "
-                       f"query_start_loc[{at - 1}] = {int(starts[at - 1])}; expected cumulative token counts"))
+                       f"query_start_loc[{at - 1}] = {int(starts[at - 1])}; expected non-decreasing values"))
 
 
 @pytest.mark.parametrize("kind", KINDS)

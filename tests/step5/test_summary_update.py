@@ -342,11 +342,11 @@ def test_update_decode_refuses_a_stride_of_2_31_or_more(name):
 
 
 def test_update_verify_rejects_a_ring_smaller_than_7_plus_k():
-    args = _decode_args(tokens=8, capacity=9)
+    args = _decode_args(tokens=8, capacity=10)  # ring bases 10 apart: also right for capacity 9
     verify_args = dict(args, query_start_loc=torch.tensor([0, 4, 8], dtype=I32), seq_lens=torch.tensor([8, 16], dtype=I32))
     del verify_args["positions"]
     with pytest.raises(ValueError, match="^capacity:.*7 \\+ 3"):
-        update_verify(**verify_args)  # q = 4: k = 3 needs 10 rows
+        update_verify(**dict(verify_args, capacity=9))  # q = 4: k = 3 needs 10 rows
     with pytest.raises(ValueError, match="^query_start_loc:"):
         update_verify(**dict(verify_args, capacity=10, query_start_loc=torch.tensor([0, 8], dtype=I32)))
     with pytest.raises(ValueError, match="^slots:"):

@@ -4,11 +4,12 @@ passes what it should, and each failure is one ValueError naming the argument.""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
 
-from jitkern import Arg, Arguments
+from jitkern import Arg, Arguments, Within
 
 ROWS = Arguments(
     x=Arg("tokens width", (torch.float16, torch.bfloat16), strides="_ 1"),
@@ -91,6 +92,67 @@ def test_declarations_that_cannot_work_are_refused_where_made():
         Arguments(x=3)
     with pytest.raises(ValueError, match="do not match shape"):
         Arg("a b", torch.float32, strides="_")
+    with pytest.raises(TypeError, match="^Arg: values 3 is not a Within$"):
+        Arg("a", torch.int32, values=3)
+    with pytest.raises(TypeError, match="^Within: bound 1.5 is not an int"):
+        Within(0, 1.5)
+    with pytest.raises(ValueError, match="^Arguments: i's values are bounded by 'rowz', which no argument names$"):
+        Arguments(i=Arg("n", torch.int32, values=Within(0, "rowz")), t=Arg("rows", torch.int32))
+    with pytest.raises(ValueError, match="^Arguments: i's values are checked where 'j' is not padding, but it is no "):
+        Arguments(i=Arg("n", torch.int32, values=Within(0, where="j")), j=Arg("n", torch.int32, values=Within(0)))
+
+
+INDEXED = Arguments(table=Arg("rows 4", torch.float32), capacity=int,
+                    slots=Arg("n", INDEX := (torch.int32, torch.int64), values=Within(0, "rows", padding=-1)),
+                    base=Arg("n", INDEX, values=Within(0, lambda s: s.rows - s.capacity + 1, padding=-1,
+                                                       note="{capacity} rows from a base fit the table's {rows}")),
+                    positions=Arg("n", INDEX, values=Within(0, where="slots")),
+                    starts=Arg("_", INDEX, values=Within(0, lambda s: s.n + 1, ascending=True)))
+
+
+def _indexed(n: int, rows: int, capacity: int) -> dict:
+    slots = torch.randint(0, rows, (n,))
+    slots[torch.rand(n) < 0.3] = -1
+    return dict(table=torch.zeros(rows, 4), capacity=capacity, slots=slots,
+                base=torch.randint(0, rows - capacity + 1, (n,)), positions=torch.randint(0, 99, (n,)),
+                starts=torch.randint(0, n + 1, (random.randint(1, 6),)).sort().values)
+
+
+def test_index_values_are_checked_against_their_declared_ranges_on_the_host():
+    """Each bad value is refused with its position and range; padding and the entries
+    ``where`` skips pass; bounds are ints, size names or functions of the sizes."""
+    n, rows, capacity = random.randint(2, 20), random.randint(8, 40), random.randint(1, 8)
+    good = _indexed(n, rows, capacity)
+    INDEXED.check(good)
+    at = random.randrange(n)
+    for name, value, message in (
+            ("slots", rows, f"slots: slots[{at}] = {rows}; expected -1 (padding) or in [0, {rows})"),
+            ("slots", -2, f"slots: slots[{at}] = -2; expected -1 (padding) or in [0, {rows})"),
+            ("base", rows - capacity + 1, f"base: base[{at}] = {rows - capacity + 1}; expected -1 (padding) or in "
+                                          f"[0, {rows - capacity + 1}) ({capacity} rows from a base fit the table's {rows})"),
+            ("positions", -5, f"positions: positions[{at}] = -5; expected >= 0")):
+        bad = {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in good.items()}
+        bad[name][at] = value
+        if name == "positions":
+            bad["slots"][at] = 0  # a token with a slot: its position is read
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            INDEXED.check(bad)
+    skipped = dict(good, slots=good["slots"].clone(), positions=good["positions"].clone())
+    skipped["slots"][at], skipped["positions"][at] = -1, -5  # a padding token's position is not read
+    INDEXED.check(skipped)
+    starts = torch.tensor([0, 2, 1])
+    with pytest.raises(ValueError, match=r"^starts: starts\[2\] = 1 is less than starts\[1\] = 2; expected "
+                                         "non-decreasing values$"):
+        INDEXED.check(dict(good, starts=starts))
+
+
+def test_index_values_are_not_read_where_kernels_do_not_run_on_host_memory(monkeypatch):
+    """Compiled kernels (no interpreter): reading a GPU tensor's values would synchronise."""
+    bad = dict(_indexed(4, 8, 2), slots=torch.full((4,), 99))
+    with pytest.raises(ValueError, match="^slots:"):
+        INDEXED.check(bad)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    INDEXED.check(bad)
 
 
 def test_a_whole_shape_of_any_rank_binds_as_one():
