@@ -41,7 +41,7 @@ class CompressWindowsKernel(WindowKernel):
                  req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
                  launch_pdl: bool = False) -> LaunchSpec:
         """Programs over (token chunks, column groups); at ratio 4 one per token and the
-        whole head. No checks here: it also runs on warmup stand-ins."""
+        whole head."""
         tokens, scan, program_d = positions.shape[0], compile_key.scan, compile_key.program_d
         n_chunks = chunk_count(tokens, 1 if scan == 1 else chunk_size(tokens, head_dim, scan, program_d))
         return LaunchSpec(
@@ -59,20 +59,10 @@ class CompressWindowsKernel(WindowKernel):
 def compress_windows(state_cache: torch.Tensor, block_table: torch.Tensor, positions: torch.Tensor,
                      req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
                      pdl_kwargs: dict | None = None, max_position: int | None = None) -> torch.Tensor:
-    """Write the compressed entry of every window closed by a token into ``out[token]``.
-
-    ``state_cache``: float32 ``[blocks, block_size, >= 2W]`` as ``save_partial_states``
-    wrote it (``W = 2 * head_dim`` at ratio 4, ``head_dim`` at ratio 128);
-    ``block_table``: int32 ``[requests, max_blocks]``; ``positions``, ``req_indices``:
-    int32 or int64 ``[tokens]``; ``out``: float32 ``[tokens, >= head_dim]``, its rows apart
-    in memory. Every stride is below 2**31: the binaries keep them i32. Rows of tokens
-    that close no window are left untouched. Runs after this step's store.
-
-    A block table too short for a position needs the positions' values. In Triton's
-    interpreter (CPU tensors) they are checked; on a GPU reading them would synchronise, so
-    instead pass ``max_position`` (an upper bound the engine knows, e.g. ``max_model_len -
-    1``) and it is checked against ``block_table``'s width without touching the device.
-    """
+    """Write the compressed entry of every window closed by a token into ``out[token]``
+    (spec, "The compressor"), after this step's store. Pass ``max_position`` (an upper
+    bound the engine knows, e.g. ``max_model_len - 1``) to have the block table's width
+    checked on a GPU, where reading the positions would synchronise."""
     device = check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim,
                                     block_size, max_position)
     launch_pdl = resolve_pdl(pdl_kwargs, device)

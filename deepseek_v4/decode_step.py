@@ -48,8 +48,7 @@ class DecodeStepKernel(WindowKernel):
                  state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
                  req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
                  launch_pdl: bool = False) -> LaunchSpec:
-        """A program per (token chunk, column group); at ratio 4 a chunk is a token. No checks
-        here: it also runs on warmup stand-ins."""
+        """A program per (token chunk, column group); at ratio 4 a chunk is a token."""
         tokens, program_d = positions.shape[0], compile_key.program_d
         n_chunks = cdiv(tokens, chunk_size(tokens, head_dim, compile_key.scan, program_d, DECODE_MIN_PROGRAMS))
         return LaunchSpec(
@@ -70,20 +69,11 @@ def decode_step(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positi
                 state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_table: torch.Tensor,
                 req_indices: torch.Tensor, out: torch.Tensor, compress_ratio: int, head_dim: int, block_size: int,
                 state_width: int, pdl_kwargs: dict | None = None, max_position: int | None = None) -> torch.Tensor:
-    """``save_partial_states`` then ``compress_windows`` in one launch, for a decode batch.
-
-    The arguments are those two functions', checked by their checks (the same errors),
-    and ``kv`` must be as wide as a state half (``W = state_width``, as the compressor
-    reads it). As for the store, a ``score`` allocated on its own (not at column W of one
-    ``[tokens, 2W]`` projection) needs ``"unaligned": ["score"]`` in the manifest's layout
-    when W % 4 != 0. Padding tokens (slot -1) store nothing; like ``compress_windows``, which
-    never reads slots, they still write ``out[token]`` when their position closes a window.
-
-    The result equals the two launches' only if no token stores a row that another
-    token's window reads (a decode batch: one token per request; a prefill or a verify
-    step would race). In Triton's interpreter (CPU tensors) that is checked; on a GPU it is
-    the caller's promise.
-    """
+    """``save_partial_states`` then ``compress_windows`` in one launch, for a decode batch
+    (one token per request; spec, "The fused decode step"): the same bytes, the two
+    functions' checks and errors, and ``kv`` as wide as a state half (``W = state_width``).
+    That no token stores a row another token's window reads is checked in the interpreter
+    (CPU tensors); on a GPU it is the caller's promise."""
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
     check_compress_windows(state_cache, block_table, positions, req_indices, out, compress_ratio, head_dim, block_size,

@@ -56,8 +56,7 @@ class SavePartialStatesKernel(TritonJitKernel):
     def __call__(self, compile_key, kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
                  state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_size: int, state_width: int,
                  compress_ratio: int, launch_pdl: bool = False) -> LaunchSpec:
-        """Programs over (token groups, column groups). No checks here: it also runs on
-        warmup stand-ins."""
+        """Programs over (token groups, column groups)."""
         tokens = slot_mapping.shape[0]
         return LaunchSpec(
             grid=store_grid(tokens, compile_key.head_size, compile_key.tokens, compile_key.block_h),
@@ -74,23 +73,11 @@ class SavePartialStatesKernel(TritonJitKernel):
 def save_partial_states(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
                         state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_size: int, state_width: int,
                         compress_ratio: int, pdl_kwargs: dict | None = None) -> None:
-    """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``.
-
-    ``kv``, ``score``: float32 ``[tokens, H]`` (row strides free: views of one projection
-    are fine). A manifest with no layout warms them as views of one ``[tokens, 2H]``
-    projection, ``score`` at column H: a ``score`` allocated on its own starts 16-byte
-    aligned where that view does not when H % 4 != 0, so it needs
-    ``"unaligned": ["score"]`` in the manifest's layout. ``ape``: float32 ``[compress_ratio, >= H]``; ``positions``,
-    ``slot_mapping``: int32 or int64 ``[tokens]``, slot -1 = padding; ``state_cache``:
-    float32 ``[blocks, block_size, >= state_width + H]``, dims 0 and 1 may be strided (its
-    rows apart in memory). Every stride is below 2**31: the binaries keep them i32.
-    ``pdl_kwargs``: ``{"launch_pdl": True}`` (a bool) launches with programmatic dependent launch
-    where the GPU supports it (sm_90+), and is ignored elsewhere.
-
-    Everything checkable from shapes and dtypes is checked before the launch, without
-    reading device memory. Slots and positions are values: they are checked only where the
-    kernels run in Triton's interpreter on CPU tensors (tests), never on a GPU's hot path.
-    """
+    """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``:
+    ``kv``, ``score`` float32 ``[tokens, H]`` (views of one projection are fine), ``ape``
+    ``[compress_ratio, >= H]``, ``state_cache`` ``[blocks, block_size, >= state_width + H]``,
+    slot -1 padding; ``pdl_kwargs={"launch_pdl": True}`` asks for PDL where the GPU has it
+    (spec, "The store", and the manifest layout a ``score`` of its own needs)."""
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
     launch_pdl = resolve_pdl(pdl_kwargs, device)

@@ -134,24 +134,13 @@ UPDATE = Arguments(key=validate.ROW, z=validate.ROW, metadata=validate.METADATA,
 @public_call(op="step5::build_prefill_groups", mutates=["out"], returns="out")
 def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: torch.Tensor,
                          query_start_loc: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The step's closed regions, listed on the device with no host synchronisation.
-
-    Returns int32 ``[tokens // 8 + 2 * requests, 3]``: ``tokens // 8 + requests`` group rows
-    ``[closing token, KV slot, rows from the ring]``, then one row per request ``[first,
-    end, 0]`` naming its last (at most 7) tokens, the only ones whose rows the ring may
-    store; ``-1`` rows unused. Pass it to ``update_prefill`` of the same step unchanged.
-    Assumes each request's tokens in the step are contiguous, in request order, with
-    consecutive positions (chunked prefill), and KV slots below 2**31. ``out``, a
-    contiguous int32 tensor of that shape on the inputs' device, is written and returned
-    instead of a new tensor (its bytes are the same).
-
-    Steps that ``update_prefill`` takes in one launch (``prefill_fused.two_launches``:
-    at least 256 tokens, at most 33 requests) get the same rows from one kernel that
-    writes every row, and request rows ``[first, end, request's first token]``. Other
-    steps take one program that writes every row, -1 first (``one_program``), or else a
-    fill of -1, then the kernel. The allocation and the fill are ``torch_step``s, so that
-    a planned call repeats them (``torch.empty`` of the sizes one by one: parsed faster than a tuple).
-    """
+    """The step's closed regions, listed on the device with no host synchronisation: int32
+    ``[tokens // 8 + 2 * requests, 3]`` rows (spec, "The three update paths"; -1 rows
+    unused), written into ``out`` when given; pass them to ``update_prefill`` of the same
+    step unchanged. Steps of ``prefill_fused.two_launches`` take the filled build, small
+    ones one program that writes every row (``one_program``), others a fill of -1, then the
+    kernel. Allocation and fill are ``torch_step``s, so that a planned call repeats them
+    (``torch.empty`` of the sizes one by one: parsed faster than a tuple)."""
     checked = BUILD.check(locals())
     tokens, device = checked.tokens, checked.device
     if query_start_loc.shape[0] < 1:
@@ -182,16 +171,9 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
 def update_prefill(key: torch.Tensor, z: torch.Tensor, metadata: torch.Tensor, positions: torch.Tensor,
                    ring_base: torch.Tensor, ring_slots: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor,
                    capacity: int) -> None:
-    """Summarize the regions this step closes, then store open-region rows.
-
-    Two launches on one stream: every ring read of the step (summaries) precedes its
-    writes (``ring_slots``), so a long chunk cannot overwrite rows it still has to read.
-    The write is one small program per request (its last <= 7 tokens, from the metadata),
-    not a scan of every token's ``ring_slots``. Steps of ``prefill_fused.two_launches``
-    (decided from shapes) take one launch instead, where the one summary that reads a
-    request's ring rows stores that request's rows after its reads (spec, "Prefill in two
-    launches"); the bytes are the same.
-    """
+    """Summarize the regions this step closes, then store open-region rows: every ring read
+    of the step before its writes, in two launches or, for steps of
+    ``prefill_fused.two_launches``, in one (spec, "Reads before writes"); the same bytes."""
     tokens = UPDATE.check(locals()).tokens
     check_ring(ring, capacity, draft_tokens=0)
     n_groups, requests = prefill_metadata_geometry(tokens, metadata.shape[0])
