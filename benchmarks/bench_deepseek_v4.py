@@ -56,7 +56,7 @@ from deepseek_v4 import (  # noqa: E402
 )
 from deepseek_v4.common import RATIOS  # noqa: E402
 from deepseek_v4.sweeps import compressor_sweep_launch as sweep_launch  # noqa: E402
-from deepseek_v4.tiling import DecodeTiling, check_decode_tiling, decode_tiling  # noqa: E402
+from deepseek_v4.tiling import WindowTiling, check_decode_tiling, decode_tiling  # noqa: E402
 from deepseek_v4.tiling import StoreTiling, store_tiling  # noqa: E402
 from deepseek_v4.sweeps import store_sweep_launch  # noqa: E402
 
@@ -390,7 +390,7 @@ def decode_inputs(batch: int, head_dim: int, ratio: int, closing: float | None =
 
 def decode_variants(head_dim: int, ratio: int) -> list[dict]:
     """The fused step's tilings a sweep times (``deepseek_v4.sweeps.decode_step_sweep_launch`` arguments: a
-    ``DecodeTiling``, and at ratio 128 the ``min_programs`` that picks tokens a program),
+    ``WindowTiling``, and at ratio 128 the ``min_programs`` that picks tokens a program),
     the shipped one first. Only tilings whose window tiles sum each column's rows as the
     compressor's do (``check_decode_tiling``): at ratio 4 a program per token with 128 to
     512 columns and 1 to 4 warps; at ratio 128 the compressor's 32-column steps with 4
@@ -400,13 +400,13 @@ def decode_variants(head_dim: int, ratio: int) -> list[dict]:
     head = triton.next_power_of_2(head_dim)
     variants = [dict(tiling=shipped)]
     if RATIOS[ratio].overlap:
-        tilings = [DecodeTiling(1, block_d, block_d, warps)
+        tilings = [WindowTiling(1, block_d, block_d, warps)
                    for block_d, warps in ((256, 2), (128, 1), (256, 1), (512, 4)) if block_d <= head]
     else:
         variants += [dict(tiling=shipped, min_programs=m) for m in (128, 256, 1024, 2048)]
-        wide = DecodeTiling(64, shipped.block_d, shipped.program_d, shipped.num_warps)
+        wide = WindowTiling(64, shipped.block_d, shipped.program_d, shipped.num_warps)
         variants += [dict(tiling=wide, min_programs=m) for m in (128, 256)]
-        tilings = [DecodeTiling(scan, shipped.block_d, program_d, shipped.num_warps)
+        tilings = [WindowTiling(scan, shipped.block_d, program_d, shipped.num_warps)
                    for scan, program_d in ((16, 32), (8, 32), (32, 64), (32, 128), (16, 64), (16, 128))
                    if program_d <= head]
     for tiling in tilings:

@@ -9,11 +9,5 @@ from deepseek_v4.compressor import CompressWindowsKernel, compress_windows
 from deepseek_v4.decode_step import DecodeStepKernel, decode_step
 from deepseek_v4.save_partial_states import SavePartialStatesKernel, save_partial_states
 
-__all__ = [
-    "CompressWindowsKernel",
-    "DecodeStepKernel",
-    "SavePartialStatesKernel",
-    "compress_windows",
-    "decode_step",
-    "save_partial_states",
-]
+__all__ = ["CompressWindowsKernel", "DecodeStepKernel", "SavePartialStatesKernel", "compress_windows", "decode_step",
+           "save_partial_states"]

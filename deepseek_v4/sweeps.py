@@ -10,7 +10,7 @@ from jitkern import cdiv
 from deepseek_v4.compressor import CompressWindowsKernel
 from deepseek_v4.decode_step import DecodeStepKernel
 from deepseek_v4.save_partial_states import SavePartialStatesKernel
-from deepseek_v4.tiling import (DECODE_MIN_PROGRAMS, DecodeTiling, StoreTiling, check_decode_tiling, chunk_count,
+from deepseek_v4.tiling import (DECODE_MIN_PROGRAMS, WindowTiling, StoreTiling, check_decode_tiling, chunk_count,
                                 chunk_grid, chunk_size, store_grid)
 
 
@@ -38,7 +38,7 @@ def compressor_sweep_launch(kernel: CompressWindowsKernel, inputs: dict, *, bloc
     kernel.kernel[chunk_grid(kwargs["n_chunks"], head_dim, kwargs["PROGRAM_D"])](**kwargs)
 
 
-def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: DecodeTiling | None = None, *,
+def decode_step_sweep_launch(kernel: DecodeStepKernel, inputs: dict, tiling: WindowTiling | None = None, *,
                              chunk: int | None = None, min_programs: int | None = None) -> None:
     """Launch ``inputs`` (``__call__``'s arguments) with another tiling, ``chunk`` tokens a
     program (at most ``tiling.scan``) or the chunk ``min_programs`` picks: benchmark sweeps

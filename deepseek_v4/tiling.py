@@ -17,38 +17,29 @@ DECODE_MIN_PROGRAMS = 512  # the fused decode step's
 
 
 @dataclass(frozen=True)
-class CompressorTiling:
-    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
+class WindowTiling:
+    """How a launch of the compressor or the fused decode step is cut: the constexprs and
+    ``num_warps`` a key pins."""
 
-    scan: int  # tokens a program can scan: 1 = one program per token
-    block_d: int  # columns per step (a rows x block_d tile)
+    scan: int  # tokens a program can take: 1 = one program per token (the decode step's host picks how many)
+    block_d: int  # columns per step of a window tile (rows x block_d): fixes the reductions' order
     program_d: int  # columns per program (a multiple of block_d): cdiv(head_dim, program_d) programs per chunk
     num_warps: int
 
 
-def compressor_tiling(compress_ratio: int, head_dim: int) -> CompressorTiling:
+def compressor_tiling(compress_ratio: int, head_dim: int) -> WindowTiling:
     """How a window is split: a program per token and the whole head at ratio 4, 4-warp
     column groups scanning chunks at ratio 128 (the spec's implementation notes say why)."""
     if RATIOS[compress_ratio].overlap:
         block_d = min(next_power_of_2(head_dim), 512)
-        return CompressorTiling(scan=1, block_d=block_d, program_d=block_d * cdiv(head_dim, block_d),
+        return WindowTiling(scan=1, block_d=block_d, program_d=block_d * cdiv(head_dim, block_d),
                                 num_warps=max(1, block_d // 128))
     block_d = min(next_power_of_2(head_dim), 32)
     program_d = min(128, max(block_d, next_power_of_2(head_dim) // 2))
-    return CompressorTiling(scan=compress_ratio, block_d=block_d, program_d=program_d, num_warps=4)
+    return WindowTiling(scan=compress_ratio, block_d=block_d, program_d=program_d, num_warps=4)
 
 
-@dataclass(frozen=True)
-class DecodeTiling:
-    """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
-
-    scan: int  # tokens a program can take (1: a program per token); the host picks how many it does
-    block_d: int  # columns per step of a window tile (rows x block_d): fixes the reductions' order
-    program_d: int  # entry columns per program (a multiple of block_d): cdiv(head_dim, program_d) groups
-    num_warps: int
-
-
-def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
+def decode_tiling(compress_ratio: int, head_dim: int) -> WindowTiling:
     """The fused step's tiling: window tiles that reduce as the compressor's do (its bits),
     the rest free (the spec's implementation notes say how)."""
     compressor = compressor_tiling(compress_ratio, head_dim)
@@ -56,12 +47,12 @@ def decode_tiling(compress_ratio: int, head_dim: int) -> DecodeTiling:
         block_d, num_warps = compressor.block_d, compressor.num_warps
         if block_d > 256 and block_d == 128 * num_warps:
             block_d, num_warps = 256, 2
-        return DecodeTiling(scan=1, block_d=block_d, program_d=block_d, num_warps=num_warps)
-    return DecodeTiling(scan=32, block_d=compressor.block_d, program_d=compressor.block_d,
+        return WindowTiling(scan=1, block_d=block_d, program_d=block_d, num_warps=num_warps)
+    return WindowTiling(scan=32, block_d=compressor.block_d, program_d=compressor.block_d,
                         num_warps=compressor.num_warps)
 
 
-def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: DecodeTiling) -> None:
+def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: WindowTiling) -> None:
     """A ``ValueError`` for a tiling whose entries might not have the compressor's bits on
     NVIDIA (the spec's implementation notes say which)."""
     compressor = compressor_tiling(compress_ratio, head_dim)

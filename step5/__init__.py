@@ -8,10 +8,4 @@ fp8 summary of each closed region through ``step5.ops.summary_update``;
 from step5.cache import Step5SparseSummaryCache, Step5SummaryCacheSpec
 from step5.ring import RingFullError, Step5CSATailRing, Step5RingMetadata
 
-__all__ = [
-    "RingFullError",
-    "Step5CSATailRing",
-    "Step5RingMetadata",
-    "Step5SparseSummaryCache",
-    "Step5SummaryCacheSpec",
-]
+__all__ = ["RingFullError", "Step5CSATailRing", "Step5RingMetadata", "Step5SparseSummaryCache", "Step5SummaryCacheSpec"]

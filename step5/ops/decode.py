@@ -13,12 +13,10 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from jitkern.kernel.arguments import Arguments
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
-from step5.ops import validate
-from step5.ops.validate import check_ring
+from step5.ops.validate import DECODE, check_ring
 
 
 class UpdateDecodeKernel(SummaryKernel):
@@ -43,11 +41,6 @@ class UpdateDecodeKernel(SummaryKernel):
         return LaunchSpec(grid=(slots.shape[0],), kwargs=dict(
             Key=key, Z=z, Slots=slots, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
             **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
-
-
-DECODE = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.SLOTS, positions=validate.SLOT_POSITIONS,
-                   ring_base=validate.RING_BASE, mean=validate.MEAN, ring=validate.RING, capacity=int,
-                   sizes=validate.SIZES)
 
 
 @public_call(op="step5::update_decode", mutates=["mean", "ring"])

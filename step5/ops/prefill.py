@@ -16,15 +16,14 @@ import torch
 
 from jitkern import (LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
                      public_call, torch_step)
-from jitkern.kernel.arguments import Arg, Arguments, describe
+from jitkern.kernel.arguments import describe
 from jitkern.kernel.validation import runs_on_host
 from step5.ops import prefill_fused
 from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES,
                               PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
                               SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
-from step5.ops import validate
-from step5.ops.validate import check_prefill_values, check_ring
+from step5.ops.validate import BUILD, UPDATE, check_prefill_values, check_ring
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 _GROUP_FILL_ROWS = 1024  # rows of the one program that writes -1 to every row itself
@@ -121,14 +120,6 @@ class WriteRingKernel(Step5Kernel):
         n_groups, requests = prefill_metadata_geometry(ring_slots.shape[0], metadata.shape[0])
         return LaunchSpec(grid=(requests,), kwargs=dict(Key=key, Z=z, Metadata=metadata, RingSlots=ring_slots, Ring=ring,
                                                         **stride_kwargs(key=key, z=z), n_groups=n_groups))
-
-
-BUILD = Arguments(slots=validate.METADATA_SLOTS, positions=validate.SLOT_POSITIONS, owners=validate.INDEX,
-                  query_start_loc=validate.STARTS, out=Arg("_ 3", torch.int32, contiguous=True, optional=True),
-                  sizes=validate.SIZES)
-UPDATE = Arguments(key=validate.ROW, z=validate.ROW, metadata=validate.METADATA, positions=validate.POSITIONS,
-                   ring_base=validate.RING_BASE, ring_slots=validate.RING_SLOTS, mean=validate.MEAN, ring=validate.RING,
-                   capacity=int, sizes=validate.SIZES)
 
 
 @public_call(op="step5::build_prefill_groups", mutates=["out"], returns="out")

@@ -42,6 +42,17 @@ METADATA = Arg("_ 3", torch.int32, contiguous=True)  # build_prefill_groups' row
 SIZES = dict(tokens=range(SIZE_LIMIT), requests=range(SIZE_LIMIT), regions=range(1, 2**31))
 CACHE = Arguments(mean=MEAN, sizes=SIZES)
 
+# Each public function's arguments.
+DECODE = Arguments(key=ROW, z=ROW, slots=SLOTS, positions=SLOT_POSITIONS, ring_base=RING_BASE, mean=MEAN, ring=RING,
+                   capacity=int, sizes=SIZES)
+VERIFY = Arguments(key=ROW, z=ROW, slots=SLOTS, query_start_loc=STARTS,
+                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True, values=Within(0)), ring_base=RING_BASE,
+                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES)
+BUILD = Arguments(slots=METADATA_SLOTS, positions=SLOT_POSITIONS, owners=INDEX, query_start_loc=STARTS,
+                  out=Arg("_ 3", torch.int32, contiguous=True, optional=True), sizes=SIZES)
+UPDATE = Arguments(key=ROW, z=ROW, metadata=METADATA, positions=POSITIONS, ring_base=RING_BASE, ring_slots=RING_SLOTS,
+                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES)
+
 
 def check_mean(mean) -> None:
     """``mean``: uint8 ``[blocks, block_size // 8, 256]``, at least one region a block, its

@@ -9,13 +9,10 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, Tensor, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from jitkern.kernel.arguments import Arg, Arguments, Within
-from jitkern.kernel.validation import INDEX_DTYPES
 from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
                               RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
-from step5.ops import validate
-from step5.ops.validate import check_ring
+from step5.ops.validate import VERIFY, check_ring
 
 
 class UpdateVerifyKernel(SummaryKernel):
@@ -48,11 +45,6 @@ class UpdateVerifyKernel(SummaryKernel):
         return LaunchSpec(grid=(seq_lens.shape[0],), kwargs=dict(
             Key=key, Z=z, Slots=slots, QueryStartLoc=query_start_loc, SeqLens=seq_lens, RingBase=ring_base, Mean=mean,
             Ring=ring, n_tokens=slots.shape[0], **stride_kwargs(key=key, z=z, mean=mean)))
-
-
-VERIFY = Arguments(key=validate.ROW, z=validate.ROW, slots=validate.SLOTS, query_start_loc=validate.STARTS,
-                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True, values=Within(0)), ring_base=validate.RING_BASE,
-                   mean=validate.MEAN, ring=validate.RING, capacity=int, sizes=validate.SIZES)
 
 
 @public_call(op="step5::update_verify", mutates=["mean", "ring"])
