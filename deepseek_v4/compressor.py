@@ -1,10 +1,6 @@
-"""The window compressor: each closed window's rows -> one float32 compressed entry.
-
-A token at position ``p`` with ``(p + 1) % ratio == 0`` closes a window; its entry is, per
-dimension, a softmax over the window's rows of ``score + ape`` weighting ``kv``, read from
-the paged state cache (``docs/spec/deepseek-v4-compressor.md``; its implementation notes
-say why ratio 128 scans chunks of tokens). The kernel's Triton source:
-``deepseek_v4.kernels.compressor``.
+"""The window compressor: each closed window's rows -> one float32 compressed entry
+(``docs/spec/deepseek-v4-compressor.md``, "The compressor"; its implementation notes say
+why ratio 128 scans chunks of tokens). The kernel's Triton source: ``deepseek_v4.kernels.compressor``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A decode step in one launch: the partial-state store and the window compressor, fused.
-
-Every byte as ``save_partial_states`` then ``compress_windows`` leave it, for a decode
-batch: each program stores its columns of its tokens' rows and computes the same columns
-of each closing token's entry with the compressor's own code and window tiles, taking
-the token's own row from its inputs (spec, "The fused decode step"). The kernel's Triton
-source: ``deepseek_v4.kernels.decode_step``.
+"""A decode step in one launch: the partial-state store and the window compressor fused,
+every byte as the two launches leave it (``docs/spec/deepseek-v4-compressor.md``, "The
+fused decode step"). The kernel's Triton source: ``deepseek_v4.kernels.decode_step``.
 """
 
 from __future__ import annotations

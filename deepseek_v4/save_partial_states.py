@@ -1,10 +1,6 @@
-"""The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache.
-
-Tokens of a window that has not closed wait in the cache until the window's last token
-arrives (``docs/spec/deepseek-v4-compressor.md``). A program stores a tile of a few
-tokens' rows (or a part of one long row: ``deepseek_v4.tiling.store_tiling``); padding
-tokens (slot -1) write nothing, and nothing else of the cache is touched. The kernel's
-Triton source: ``deepseek_v4.kernels.save_partial_states``.
+"""The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache
+(``docs/spec/deepseek-v4-compressor.md``, "The store"). The kernel's Triton source:
+``deepseek_v4.kernels.save_partial_states``.
 """
 
 from __future__ import annotations

@@ -47,11 +47,13 @@ def default_capacity(draft_tokens: int) -> int:
     return cdiv(7 + draft_tokens, REGION) * REGION
 
 
-def _int(name: str, value) -> int:
-    """A size or position from the caller: an int (numpy's too), never a bool or a float
-    (``True`` would be 1 row, 8.5 silently 8)."""
+def _int(name: str, value, minimum: int, why: str = "") -> int:
+    """A size or position from the caller, at least ``minimum``: an int (numpy's too), never
+    a bool or a float (``True`` would be 1 row, 8.5 silently 8)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: {value} is less than {minimum}{why}")
     return int(value)
 
 
@@ -66,10 +68,7 @@ def _host_ints(name: str, values, count: int) -> list[int]:
     """``count`` ints >= 0 of the host schedule, checked as Python values (no device read)."""
     if _length(name, values) != count:
         raise ValueError(f"{name}: {len(values)} entries, but request_ids has {count}")
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-            raise ValueError(f"{name}: expected ints >= 0, got {value!r}")
-    return [int(value) for value in values]
+    return [_int(name, value, 0, f" (entry {i})") for i, value in enumerate(values)]
 
 
 def as_device(device) -> torch.device | None:
@@ -87,16 +86,10 @@ class Step5CSATailRing:
 
     def __init__(self, max_requests: int, max_tokens: int, *, draft_tokens: int = 0, capacity: int | None = None,
                  device: torch.device | str | None = None, index_dtype: torch.dtype = torch.int32):  # device None: the default
-        draft_tokens = _int("draft_tokens", draft_tokens)
-        if draft_tokens < 0:
-            raise ValueError(f"draft_tokens: {draft_tokens} is negative")
-        capacity = default_capacity(draft_tokens) if capacity is None else _int("capacity", capacity)
-        if capacity < 7 + draft_tokens:
-            raise ValueError(f"capacity: {capacity} rows per request is less than 7 + {draft_tokens} draft tokens")
-        max_requests, max_tokens = _int("max_requests", max_requests), _int("max_tokens", max_tokens)
-        for name, value in (("max_requests", max_requests), ("max_tokens", max_tokens)):
-            if value < 1:
-                raise ValueError(f"{name}: {value} must be positive")
+        draft_tokens = _int("draft_tokens", draft_tokens, 0)
+        capacity = default_capacity(draft_tokens) if capacity is None else _int(
+            "capacity", capacity, 7 + draft_tokens, f" rows (7 + {draft_tokens} draft tokens)")
+        max_requests, max_tokens = _int("max_requests", max_requests, 1), _int("max_tokens", max_tokens, 1)
         if index_dtype not in INDEX_DTYPES:
             raise ValueError(f"index_dtype: expected torch.int32 or torch.int64, got {index_dtype}")
         device = as_device(device)
@@ -158,10 +151,9 @@ class Step5CSATailRing:
         real_tokens = sum(query_lens)
         if real_tokens > self.max_tokens:
             raise ValueError(f"query_lens: {real_tokens} tokens do not fit max_tokens={self.max_tokens}")
-        num_tokens = real_tokens if num_tokens is None else _int("num_tokens", num_tokens)
-        if num_tokens < real_tokens or num_tokens > self.max_tokens:
-            raise ValueError(f"num_tokens: {num_tokens} must hold the {real_tokens} tokens and fit "
-                             f"max_tokens={self.max_tokens}")
+        num_tokens = real_tokens if num_tokens is None else _int("num_tokens", num_tokens, real_tokens, " (the requests' tokens)")
+        if num_tokens > self.max_tokens:
+            raise ValueError(f"num_tokens: {num_tokens} does not fit max_tokens={self.max_tokens}")
         try:
             bases = [-1 if r is None else self._owned[r] * self.capacity for r in request_ids]
         except KeyError as missing:

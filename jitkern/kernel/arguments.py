@@ -136,14 +136,17 @@ class Arguments:
                 raise ValueError(f"Arguments: {name}'s values are checked where {values.where!r} is not padding, "
                                  "but it is no argument with padding values")
 
-    def check(self, values: Mapping[str, Any]) -> Checked:
-        """Check the declared arguments among ``values`` (a call's ``locals()``), in their
-        declared order; the first failure is a ``ValueError`` naming its argument."""
+    def check(self, call: Mapping[str, Any], *, index_values: bool = True) -> Checked:
+        """Check the declared arguments among ``call`` (a call's ``locals()``), in their
+        declared order; the first failure is a ``ValueError`` naming its argument. Then the
+        index values (``Within``), unless ``index_values`` is False: a function whose own
+        checks relate sizes (rows a ring must hold) makes them first, then calls
+        ``check_index_values``, so an error names the argument that is wrong."""
         sizes: dict[str, int] = {}
         bound_by: dict[str, str] = {}
         tensors: dict[str, torch.Tensor] = {}
         for name, declared in self.arguments.items():
-            value = values[name]
+            value = call[name]
             if declared is int or type(declared) is range:
                 check_int(name, value)
                 if type(declared) is range and value not in declared:
@@ -155,11 +158,17 @@ class Arguments:
                 self._check_tensor(name, value, declared, tensors, sizes, bound_by)
                 tensors[name] = value
         checked = Checked(sizes, same_device(**tensors) if tensors else None)
-        if self.valued and tensors and runs_on_host(next(iter(tensors.values()))):
-            for name, within in self.valued.items():
-                if values[name] is not None:
-                    within.check(name, values[name], values, checked, self.valued)
+        if index_values:
+            self.check_index_values(call, checked)
         return checked
+
+    def check_index_values(self, call: Mapping[str, Any], checked: Checked) -> None:
+        """Check each ``Within`` of ``call``'s index tensors, where kernels run on host memory
+        (``runs_on_host``); nothing is read elsewhere."""
+        given = [(name, call[name]) for name in self.valued if call[name] is not None]
+        if given and runs_on_host(given[0][1]):
+            for name, values in given:
+                self.valued[name].check(name, values, call, checked, self.valued)
 
     def _check_tensor(self, name: str, tensor: Any, declared: Arg, tensors: dict[str, torch.Tensor],
                       sizes: dict[str, int], bound_by: dict[str, str]) -> None:

@@ -1,9 +1,6 @@
-"""Step5 CSA region summaries, decode: one program per token (one token per request)
-(``spec/step5-csa.md``).
-
-A closing token (position ``p % 8 == 7``) summarizes its region from 7 ring rows and its
-own row; any other token stores its ``[key | z]`` row in the ring. The kernel's Triton
-source: ``step5.ops.kernels.decode``.
+"""Step5 CSA region summaries, decode: one program per token, one token per request
+(``docs/spec/step5-csa.md``, "The three update paths"). The kernel's Triton source:
+``step5.ops.kernels.decode``.
 """
 
 from __future__ import annotations
@@ -48,7 +45,8 @@ def update_decode(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, posit
                   ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
-    DECODE.check(locals())
+    checked = DECODE.check(locals(), index_values=False)
     check_ring(ring, capacity, draft_tokens=0)
+    DECODE.check_index_values(locals(), checked)
     if key.shape[0]:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

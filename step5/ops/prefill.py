@@ -60,12 +60,9 @@ class BuildPrefillGroupsKernel(Step5Kernel):
     @kernel_launcher
     def __call__(self, compile_key, slots, positions, owners, query_start_loc, groups, fill: bool = False) -> LaunchSpec:
         """``fill``: one program writes every row of ``groups``, -1 first (``one_program``
-        steps); else ``groups`` must hold -1 already."""
+        steps, as the public function decides); else ``groups`` must hold -1 already."""
         n_tokens = slots.shape[0]
         requests = query_start_loc.shape[0] - 1
-        if fill and not one_program(n_tokens, groups.shape[0]):
-            raise ValueError(f"fill: one program takes at most {_GROUP_BUILD_TOKENS} tokens and {_GROUP_FILL_ROWS} "
-                             f"rows, got {n_tokens} and {groups.shape[0]}")
         return LaunchSpec(
             grid=(1,) if fill else (cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
             kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
@@ -140,21 +137,17 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
     if out is not None and tuple(out.shape) != shape:
         raise ValueError(f"out: expected int32 [tokens // 8 + 2 * requests, 3] = {shape}, got {describe(out)}")
-    if prefill_fused.two_launches(tokens, requests):  # every row written by the kernel: no fill launch
+    filled, fill = prefill_fused.two_launches(tokens, requests), one_program(tokens, shape[0])
+    if filled or fill:  # the kernel writes every row: no fill launch
         groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
+    else:
+        groups = torch_step(torch.Tensor.fill_, out, -1) if out is not None else torch_step(
+            torch.full, shape, -1, dtype=torch.int32, device=device)
+    if filled:
         prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
                                                       prefill_fused.launch_pdl(device))
-        return groups
-    if one_program(tokens, shape[0]):  # it writes every row: no fill launch
-        groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
-        if shape[0]:
-            BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups, fill=True)
-        return groups
-    if out is not None:
-        groups = torch_step(torch.Tensor.fill_, out, -1)
-    else:
-        groups = torch_step(torch.full, shape, -1, dtype=torch.int32, device=device)
-    BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups)
+    elif shape[0]:
+        BuildPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups, fill=fill)
     return groups
 
 
@@ -165,8 +158,10 @@ def update_prefill(key: torch.Tensor, z: torch.Tensor, metadata: torch.Tensor, p
     """Summarize the regions this step closes, then store open-region rows: every ring read
     of the step before its writes, in two launches or, for steps of
     ``prefill_fused.two_launches``, in one (spec, "Reads before writes"); the same bytes."""
-    tokens = UPDATE.check(locals()).tokens
+    checked = UPDATE.check(locals(), index_values=False)
+    tokens = checked.tokens
     check_ring(ring, capacity, draft_tokens=0)
+    UPDATE.check_index_values(locals(), checked)
     n_groups, requests = prefill_metadata_geometry(tokens, metadata.shape[0])
     if runs_on_host(metadata):
         check_prefill_values(metadata, positions, mean, n_groups)

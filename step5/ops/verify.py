@@ -54,7 +54,7 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
     ``seq_lens[r] - q .. seq_lens[r] - 1``. No host metadata, no sync, no allocation:
     capturable in a CUDA graph."""
-    checked = VERIFY.check(locals())
+    checked = VERIFY.check(locals(), index_values=False)
     tokens, requests = checked.tokens, checked.requests
     if query_start_loc.shape[0] != requests + 1:
         raise ValueError(f"query_start_loc: expected {requests + 1} entries (seq_lens has {requests}), "
@@ -66,5 +66,6 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     if requests and tokens == 0:
         raise ValueError(f"key: no tokens for {requests} requests")
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
+    VERIFY.check_index_values(locals(), checked)
     if requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)

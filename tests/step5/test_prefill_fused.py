@@ -136,15 +136,6 @@ def test_a_step_of_requests_without_tokens_gets_every_row_minus_one():
     assert bool((built == -1).all())
 
 
-def test_the_one_program_build_refuses_a_step_too_large_for_it():
-    slots, positions, owners, starts = _group_inputs(1, 300, 0, (I64, I64, I32), False)
-    while slots.shape[0] <= 256:
-        slots, positions, owners, starts = _group_inputs(1, 300, 0, (I64, I64, I32), False)
-    groups = torch.empty((slots.shape[0] // 8 + 2, 3), dtype=I32)
-    with pytest.raises(ValueError, match="fill: one program takes at most 256 tokens"):
-        BuildPrefillGroupsKernel()(slots, positions, owners, starts, groups, fill=True)
-
-
 @pytest.mark.parametrize("two, requests, max_chunk, padding, dtypes, strided", [
     (False, 7, 30, 3, (I64, I32, I32), True),  # up to 256 tokens: one program writes every row
     (False, 40, 30, 0, (I32, I32, I64), False),  # more requests than the filled build takes
