@@ -1,9 +1,7 @@
-"""What the store and the compressor share: each compression ratio's geometry, the float
-dtype, the engine's PDL request, the manifest config that warms them, the tensor arguments,
-and what the compressor and the fused decode step declare alike (``WindowKernel``).
-
-The table of ``docs/spec/deepseek-v4-compressor.md`` lives here once, so that warmup keys,
-validation and the kernels' launchers cannot disagree on a width or a block size.
+"""What the store and the compressor share: the spec's table of compression ratios, once
+(so that warmup keys, validation and launchers cannot disagree on a width or a block
+size), the float dtype, the engine's PDL request, the manifest config that warms them,
+the tensor arguments, and what the compressor and the fused decode step declare alike.
 """
 
 from __future__ import annotations

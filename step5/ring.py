@@ -1,13 +1,7 @@
-"""The tail ring: raw ``[key | z]`` rows of each request's open region, until it closes.
-
-Each request with a ring owns ``capacity`` consecutive rows starting at ``base``; the row
-of position ``p`` is ``base + p % capacity``. ``capacity >= 7 + k`` (k = draft tokens per
-verify step) is what lets a verify step write its rows while a closing token still has
-to read the region's older ones (spec, "Why 7 + k is enough").
-
-Host side only: ``prepare`` turns the step's host schedule (which requests, first
-position, token count) into per-token ``base`` and ``slot_mapping``, copied into
-persistent device buffers so a CUDA graph can keep pointing at them.
+"""The tail ring: raw ``[key | z]`` rows of each request's open region, until it closes
+(``docs/spec/step5-csa.md``, "The tail ring"; why ``capacity >= 7 + k`` is enough).
+Host side only: ``prepare`` turns the step's host schedule into per-token ``base`` and
+``slot_mapping``, copied into persistent device buffers a CUDA graph can keep pointing at.
 """
 
 from __future__ import annotations

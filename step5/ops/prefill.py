@@ -1,10 +1,6 @@
-"""Step5 CSA region summaries, prefill (``spec/step5-csa.md``).
-
-``build_prefill_groups`` lists, on the device, the closing tokens of the step (int32
-``[token, slot, ring rows]``, at most ``tokens // 8 + requests`` groups, 1.5 bytes a token)
-and each request's last tokens; ``update_prefill`` then summarizes one region per program,
-and only after that stores open-region rows (one program per request), so every ring read
-of the step precedes its writes. The kernels' Triton source: ``step5.ops.kernels.prefill``.
+"""Step5 CSA region summaries, prefill: the step's closing tokens listed on the device, then
+a program per closed region, then the ring writes (``docs/spec/step5-csa.md``, "The three
+update paths"). The kernels' Triton source: ``step5.ops.kernels.prefill``.
 """
 
 from __future__ import annotations

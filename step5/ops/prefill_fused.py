@@ -1,9 +1,7 @@
-"""Step5 CSA region summaries, prefill in two launches instead of four (``spec/step5-csa.md``,
-"Prefill in two launches"): ``build_prefill_groups_filled`` writes every metadata row itself
-(no fill), then ``prefill_update`` computes the summaries and stores the ring rows in one
-launch, each request's open rows stored by the program that reads them or by one of their
-own; both with PDL where the GPU has it. The kernels' Triton source:
-``step5.ops.kernels.prefill_fused``.
+"""Step5 CSA region summaries, prefill in two launches instead of four, for steps of 256+
+tokens (``docs/spec/step5-csa.md``, "Prefill in two launches"): the filled build, then
+summaries and ring writes in one launch, both with PDL where the GPU has it. The kernels'
+Triton source: ``step5.ops.kernels.prefill_fused``.
 """
 
 from __future__ import annotations

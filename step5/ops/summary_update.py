@@ -1,12 +1,7 @@
-"""Step5 CSA region summaries: the three update paths (``docs/spec/step5-csa.md``), their
-public names gathered; importing it registers all seven kernels, so manifests name it.
-
-One module per path holds its kernel classes and public functions, which validate (never
-device values: nothing synchronises) and launch; the Triton source is in ``step5.ops.kernels``:
-``decode`` (a program per token), ``prefill`` (the step's closing tokens listed on the device,
-then a program per region and the ring writes; ``prefill_fused`` for steps of 256+ tokens)
-and ``verify`` (a program per request). ``summary_layout`` and ``prefill_metadata_layout``
-are the former names of ``summary_geometry`` and ``prefill_metadata_geometry``.
+"""Step5 CSA region summaries: the public names of the three update paths
+(``docs/spec/step5-csa.md``) gathered; importing it registers all seven kernels, so
+manifests name it. ``summary_layout`` and ``prefill_metadata_layout`` are the former names
+of ``summary_geometry`` and ``prefill_metadata_geometry``.
 """
 
 from step5.ops.common import prefill_metadata_geometry, summary_geometry

@@ -1,12 +1,6 @@
-"""Argument checks of the public Step5 functions.
-
-They read only shapes, strides, dtypes and devices, never tensor values, so they cost
-the hot path no device synchronisation. Each failure is a ``ValueError`` naming the
-argument, raised before anything is launched. Where kernels run in Triton's interpreter
-on host memory (``jitkern.kernel.validation.runs_on_host``), whose out-of-range address
-reads or corrupts it, the index values the kernels address memory with are checked too
-(each ``Within``; ``check_prefill_values``): free there, a device sync on a GPU, where
-they are never read.
+"""The public Step5 functions' arguments (``Arguments``), and the checks no declaration
+states: the ring's rows for its capacity, and the prefill metadata's rows, read only where
+kernels run on host memory (``jitkern.kernel.validation.runs_on_host``).
 """
 
 from __future__ import annotations

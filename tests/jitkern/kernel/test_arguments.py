@@ -3,6 +3,7 @@ passes what it should, and each failure is one ValueError naming the argument.""
 
 from __future__ import annotations
 
+import os
 import random
 import re
 
@@ -118,6 +119,11 @@ def _indexed(n: int, rows: int, capacity: int) -> dict:
                 starts=torch.randint(0, n + 1, (random.randint(1, 6),)).sort().values)
 
 
+HOST_ONLY = pytest.mark.skipif(os.environ.get("JITKERN_TEST_MODE") == "gpu",
+                               reason="values are read on host memory only (the interpreter), never on a GPU")
+
+
+@HOST_ONLY
 def test_index_values_are_checked_against_their_declared_ranges_on_the_host():
     """Each bad value is refused with its position and range; padding and the entries
     ``where`` skips pass; bounds are ints, size names or functions of the sizes."""
@@ -146,6 +152,7 @@ def test_index_values_are_checked_against_their_declared_ranges_on_the_host():
         INDEXED.check(dict(good, starts=starts))
 
 
+@HOST_ONLY
 def test_index_values_are_not_read_where_kernels_do_not_run_on_host_memory(monkeypatch):
     """Compiled kernels (no interpreter): reading a GPU tensor's values would synchronise."""
     bad = dict(_indexed(4, 8, 2), slots=torch.full((4,), 99))
