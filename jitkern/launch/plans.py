@@ -37,9 +37,10 @@ unplanned, and an in-place change it makes would be lost.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import torch
 from torch._C._dynamo.guards import TensorGuards
@@ -99,12 +100,26 @@ class TorchStep(NamedTuple):
 
 recording = Recording()
 _tables: list[dict] = []  # every public function's plans (public functions live as long as their module)
+_in_full = [0]  # every_call_in_full blocks open: no plan is made
 
 
 def forget_plans() -> None:
     """Drop every plan (a kernel's binaries changed)."""
     for table in _tables:
         table.clear()
+
+
+@contextlib.contextmanager
+def every_call_in_full() -> Iterator[None]:
+    """Inside the block each public call runs in full, through its kernels' ``launch``: every
+    plan is forgotten first and none is made (``jitkern.testing.record_launches``, whose
+    record a plan's launches, straight from their binaries, would pass by)."""
+    forget_plans()
+    _in_full[0] += 1
+    try:
+        yield
+    finally:
+        _in_full[0] -= 1
 
 
 def torch_step(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -154,7 +169,7 @@ def public_call(function: Callable[..., Any] | None = None, *, op: str | None = 
             result = function(*args, **kwargs)
         finally:
             recording.launches = None
-        if settings.settings.direct_launch and made[0] < PLANS_MADE_AT_MOST:
+        if settings.settings.direct_launch and not _in_full[0] and made[0] < PLANS_MADE_AT_MOST:
             made[0] += _remember(plans, seen, names, values, launches, result)
         return result
 

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 from jitkern import hooks
 from jitkern.guard import describe_miss
 from jitkern.kernel.base import TritonJitKernel
+from jitkern.launch.plans import every_call_in_full
 from jitkern.launch.spec import LaunchSpec
 from jitkern.layouts import specialisation
 from jitkern.layouts.binary_key import BinaryKey
@@ -79,7 +80,8 @@ def record_launches(dry_run: bool = False) -> Iterator[list[tuple[TritonJitKerne
 
     A kernel class may have a ``launch`` of its own (under Triton's interpreter, one that
     calls ``tl.dot`` refuses bf16 launches: ``jitkern.kernel.interpreter``), so each class
-    defining one is wrapped, not only ``TritonJitKernel``."""
+    defining one is wrapped, not only ``TritonJitKernel``. Public calls run in full inside
+    the block (``every_call_in_full``): a planned call's launches would pass ``launch`` by."""
     launches: list[tuple[TritonJitKernel, LaunchSpec]] = []
     originals = {cls: cls.__dict__["launch"] for cls in _kernel_classes() if "launch" in cls.__dict__}
 
@@ -94,7 +96,8 @@ def record_launches(dry_run: bool = False) -> Iterator[list[tuple[TritonJitKerne
     for cls, launch in originals.items():
         cls.launch = recording(launch)
     try:
-        yield launches
+        with every_call_in_full():
+            yield launches
     finally:
         for cls, launch in originals.items():
             cls.launch = launch

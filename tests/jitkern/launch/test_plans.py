@@ -10,7 +10,7 @@ import torch
 from jitkern.launch import plans as call_plan
 from jitkern.kernel import registry
 from jitkern.examples.axpy import axpy
-from jitkern.testing import DryRunDriver
+from jitkern.testing import DryRunDriver, record_launches
 
 pytestmark = [pytest.mark.compiled, pytest.mark.usefixtures("dry_run_gpu")]
 
@@ -161,6 +161,22 @@ def test_forgetting_binaries_drops_the_plans(launcher_calls):
     assert planned(axpy)
     registry.get_kernel("jitkern.example.axpy").binaries.forget()
     assert not planned(axpy)
+
+
+def test_record_launches_sees_every_launch_of_a_call_planned_before_it(launcher_calls):
+    """A planned call launches straight from its binaries, past ``launch``: inside the
+    block every call runs in full (no plan used, none made), so none is missed."""
+    x, y, out = torch.randn(64), torch.randn(64), torch.empty(64)
+    axpy(x, y, 2.0, out)
+    axpy(x, y, 2.0, out)
+    assert planned(axpy)
+    with record_launches() as launches:
+        for _ in range(3):
+            axpy(x, y, 2.0, out)
+    assert [kernel.name for kernel, _ in launches] == ["jitkern.example.axpy"] * 3 and not planned(axpy)
+    axpy(x, y, 2.0, out)
+    axpy(x, y, 2.0, out)
+    assert planned(axpy)  # planning resumes after the block
 
 
 def test_cpu_tensors_are_never_planned():
