@@ -55,10 +55,9 @@ from deepseek_v4 import (  # noqa: E402
     save_partial_states,
 )
 from deepseek_v4.common import RATIOS  # noqa: E402
+from deepseek_v4.sweeps import check_decode_tiling, store_sweep_launch  # noqa: E402
 from deepseek_v4.sweeps import compressor_sweep_launch as sweep_launch  # noqa: E402
-from deepseek_v4.tiling import WindowTiling, check_decode_tiling, decode_tiling  # noqa: E402
-from deepseek_v4.tiling import StoreTiling, store_tiling  # noqa: E402
-from deepseek_v4.sweeps import store_sweep_launch  # noqa: E402
+from deepseek_v4.tiling import StoreTiling, WindowTiling, decode_tiling, store_tiling  # noqa: E402
 
 L2_BYTES = 60 * 2**20  # H200: 60 MB; rotate over at least 4x this
 ROTATE_BYTES = 4 * L2_BYTES

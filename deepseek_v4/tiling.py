@@ -52,22 +52,6 @@ def decode_tiling(compress_ratio: int, head_dim: int) -> WindowTiling:
                         num_warps=compressor.num_warps)
 
 
-def check_decode_tiling(compress_ratio: int, head_dim: int, tiling: WindowTiling) -> None:
-    """A ``ValueError`` for a tiling whose entries might not have the compressor's bits on
-    NVIDIA (the spec's implementation notes say which)."""
-    compressor = compressor_tiling(compress_ratio, head_dim)
-    same = (tiling.block_d, tiling.num_warps) == (compressor.block_d, compressor.num_warps)
-    rows_in_thread = (RATIOS[compress_ratio].overlap and tiling.block_d >= 128 * tiling.num_warps
-                      and compressor.block_d >= 128 * compressor.num_warps)
-    if not (same or rows_in_thread):
-        raise ValueError(f"tiling {tiling}: its window tiles would not sum each column's rows as the compressor's "
-                         f"(block_d={compressor.block_d}, num_warps={compressor.num_warps}) do")
-    if tiling.program_d % tiling.block_d or tiling.block_d & (tiling.block_d - 1) or tiling.scan & (tiling.scan - 1):
-        raise ValueError(f"tiling {tiling}: program_d must be a multiple of block_d, both and scan powers of two")
-    if tiling.scan >= compress_ratio:
-        raise ValueError(f"tiling {tiling}: scan must be below the ratio {compress_ratio}")
-
-
 @dataclass(frozen=True)
 class StoreTiling:
     """How a launch is cut: the constexprs and ``num_warps`` a key pins."""
