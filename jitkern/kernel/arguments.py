@@ -57,14 +57,16 @@ class Within:
                 raise TypeError(f"Within: bound {bound!r} is not an int, a size's name or a function of the sizes")
         self.low, self.high, self.padding, self.where, self.ascending, self.note = low, high, padding, where, ascending, note
 
-    def check(self, name: str, values: torch.Tensor, arguments: Mapping[str, Any], checked: Checked,
+    def check(self, name: str, values: torch.Tensor, call: Mapping[str, Any], checked: Checked,
               valued: Mapping[str, Within]) -> None:
+        """``values`` (the argument ``name`` of ``call``) against this range; host memory only."""
         sizes = vars(checked)
         low, high = (bound if bound is None or isinstance(bound, int) else
                      sizes[bound] if isinstance(bound, str) else bound(checked) for bound in (self.low, self.high))
         note = f" ({self.note.format_map(sizes)})" if self.note else ""
         values = values.reshape(-1)
-        where = None if self.where is None else arguments[self.where].reshape(-1) != valued[self.where].padding
+        other = call[self.where] if self.where is not None else None  # None: an optional argument not given
+        where = None if other is None else other.reshape(-1) != valued[self.where].padding
         check_values_in(name, values, low, high, padding=self.padding, where=where, note=note)
         if self.ascending and values.numel() > 1:
             at = first_outside(values[1:].long() - values[:-1].long(), 0)
