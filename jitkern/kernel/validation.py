@@ -92,7 +92,7 @@ def runs_on_host(tensor: torch.Tensor) -> bool:
     """Whether kernels launched on ``tensor``'s device (every argument's, checked) run in
     Triton's interpreter, on host memory: a CPU tensor with ``TRITON_INTERPRET``. There an
     index out of range reads or corrupts the process's memory, and checking the values is
-    free: public functions check them (``check_values_in``) where this is True. Not a GPU
+    free: public functions check them (an ``Arg``'s ``Within``) where this is True. Not a GPU
     (reading values would synchronise it), nor CPU tensors compiled for a target and
     launched by nothing (compile-only tests), whose outputs, never written, hold no values
     to check, nor a torch op's fake tensors, which hold none (``jitkern.launch.ops.faking``).
