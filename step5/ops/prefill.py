@@ -133,13 +133,13 @@ def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: t
     shape = (tokens // 8 + 2 * requests, GROUP_COLUMNS)
     if out is not None and tuple(out.shape) != shape:
         raise ValueError(f"out: expected int32 [tokens // 8 + 2 * requests, 3] = {shape}, got {describe(out)}")
-    filled, fill = prefill_fused.two_launches(tokens, requests), one_program(tokens, shape[0])
-    if filled or fill:  # the kernel writes every row: no fill launch
+    fused, fill = prefill_fused.two_launches(tokens, requests), one_program(tokens, shape[0])
+    if fused or fill:  # the kernel writes every row: no fill launch
         groups = out if out is not None else torch_step(torch.empty, *shape, dtype=torch.int32, device=device)
     else:
         groups = torch_step(torch.Tensor.fill_, out, -1) if out is not None else torch_step(
             torch.full, shape, -1, dtype=torch.int32, device=device)
-    if filled:
+    if fused:
         prefill_fused.BuildFilledPrefillGroupsKernel()(slots, positions, owners, query_start_loc, groups,
                                                       prefill_fused.launch_pdl(device))
     elif shape[0]:

@@ -103,8 +103,9 @@ def test_declarations_that_cannot_work_are_refused_where_made():
         Arguments(i=Arg("n", torch.int32, values=Within(0, where="j")), j=Arg("n", torch.int32, values=Within(0)))
 
 
+INDEX = (torch.int32, torch.int64)
 INDEXED = Arguments(table=Arg("rows 4", torch.float32), capacity=int,
-                    slots=Arg("n", INDEX := (torch.int32, torch.int64), values=Within(0, "rows", padding=-1)),
+                    slots=Arg("n", INDEX, values=Within(0, "rows", padding=-1)),
                     base=Arg("n", INDEX, values=Within(0, lambda s: s.rows - s.capacity + 1, padding=-1,
                                                        note="{capacity} rows from a base fit the table's {rows}")),
                     positions=Arg("n", INDEX, values=Within(0, where="slots")),
