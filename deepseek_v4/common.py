@@ -61,24 +61,15 @@ STATE_WIDTH = Warm(lambda head_dim, compress_ratio: [RATIOS[compress_ratio].stat
 
 
 def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
-    """Whether to launch with programmatic dependent launch.
-
-    ``pdl_kwargs`` is what an engine passes along (``{"launch_pdl": True}`` or empty).
-    PDL needs NVIDIA Hopper (sm_90) or newer (``device_has_pdl``); elsewhere (older GPUs,
-    AMD, the CPU interpreter) the request is dropped rather than failing, so one engine
-    config runs everywhere.
-    """
-    if pdl_kwargs is not None and not isinstance(pdl_kwargs, dict):
-        raise ValueError(f"pdl_kwargs: expected a dict like {{'launch_pdl': True}}, got {type(pdl_kwargs).__name__}")
-    if not pdl_kwargs:
-        return False
-    unknown = set(pdl_kwargs) - {"launch_pdl"}
-    if unknown:
-        raise ValueError(f"pdl_kwargs: unknown options {sorted(unknown)}; only 'launch_pdl' is accepted")
-    launch_pdl = pdl_kwargs.get("launch_pdl", False)
-    if not isinstance(launch_pdl, bool):  # bool("no") is True: a string would ask for PDL
-        raise ValueError(f"pdl_kwargs: launch_pdl must be True or False, got {launch_pdl!r}")
-    return launch_pdl and device_has_pdl(device)
+    """Whether to launch with programmatic dependent launch: ``pdl_kwargs`` is what an engine
+    passes along (``{"launch_pdl": True}`` or empty). Where the GPU has no PDL
+    (``device_has_pdl``: older GPUs, AMD, the CPU interpreter) the request is dropped rather
+    than failing, so one engine config runs everywhere."""
+    launch_pdl = pdl_kwargs.get("launch_pdl", False) if isinstance(pdl_kwargs, dict) else pdl_kwargs
+    if pdl_kwargs is not None and (not isinstance(pdl_kwargs, dict) or set(pdl_kwargs) - {"launch_pdl"}
+                                   or not isinstance(launch_pdl, bool)):  # bool("no") is True: it would ask for PDL
+        raise ValueError(f"pdl_kwargs: expected {{'launch_pdl': True or False}}, or None, got {pdl_kwargs!r}")
+    return bool(launch_pdl) and device_has_pdl(device)
 
 
 def floats(shape: str, written: bool = False) -> Arg:

@@ -69,11 +69,9 @@ class SavePartialStatesKernel(TritonJitKernel):
 def save_partial_states(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, positions: torch.Tensor,
                         state_cache: torch.Tensor, slot_mapping: torch.Tensor, block_size: int, state_width: int,
                         compress_ratio: int, pdl_kwargs: dict | None = None) -> None:
-    """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``:
-    ``kv``, ``score`` float32 ``[tokens, H]`` (views of one projection are fine), ``ape``
-    ``[compress_ratio, >= H]``, ``state_cache`` ``[blocks, block_size, >= state_width + H]``,
-    slot -1 padding; ``pdl_kwargs={"launch_pdl": True}`` asks for PDL where the GPU has it
-    (spec, "The store", and the manifest layout a ``score`` of its own needs)."""
+    """Store each token's ``[kv | score + ape[position % ratio]]`` row into ``state_cache``
+    at its slot (-1: padding), as the spec's "The store" says (argument layouts, and the
+    manifest layout a ``score`` of its own needs); PDL where the GPU has it."""
     device = check_save_partial_states(kv, score, ape, positions, state_cache, slot_mapping, block_size, state_width,
                                        compress_ratio)
     launch_pdl = resolve_pdl(pdl_kwargs, device)

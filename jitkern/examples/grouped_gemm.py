@@ -150,6 +150,11 @@ def sort_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> Ex
 
 
 SIZE = range(1, 2**31)
+ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1"), b=Arg("E N K", "a", strides="_ _ 1"),
+                      topk_ids=Arg("M top_k", INDEX_DTYPES, values=Within(0, "E")),
+                      out=Arg("M top_k N", "a", contiguous=True, optional=True),
+                      topk_weights=Arg("M top_k", torch.float32, contiguous=True, optional=True),
+                      sizes=dict(E=SIZE, N=SIZE, K=SIZE, top_k=SIZE))
 
 
 def _size(name: str) -> Config:
@@ -166,8 +171,8 @@ TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(
 class GroupedGemmKernel(TritonJitKernel):
     name = "jitkern.example.grouped_gemm"
     kernel = _grouped_gemm_kernel
+    arguments = ARGUMENTS  # a, b and out's stand-ins, the strides grouped_gemm fixes
     pinned_by_key = frozenset({"N", "K"})
-    fixed_strides = frozenset({"a.1", "b.2", "out", "topk_weights"})  # grouped_gemm requires these dense
     tuning = TUNING
 
     @dataclass(frozen=True, kw_only=True)
@@ -185,9 +190,7 @@ class GroupedGemmKernel(TritonJitKernel):
         num_warps: int = tuned(option="num_warps")
         num_stages: int = tuned(option="num_stages")
 
-    stand_ins = dict(
-        a=Tensor((STAND_IN_TOKENS, "k")), b=Tensor(("top_k", "n", "k"), "dtype", varying=()),  # top_k experts: any E
-        out=Tensor((STAND_IN_TOKENS, "top_k", "n"), "dtype"),
+    stand_ins = dict(  # the sorting's results, and the weights where the key has them
         sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
         block_experts=Tensor((lambda key: _capacity(key) // key.block_size_m,), torch.int32),
         num_used=Tensor((1,), torch.int32, varying=()),
@@ -210,13 +213,6 @@ def _capacity(key: Any) -> int:
 
 
 # --- the public function -----------------------------------------------------------------
-
-
-ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1"), b=Arg("E N K", "a", strides="_ _ 1"),
-                      topk_ids=Arg("M top_k", INDEX_DTYPES, values=Within(0, "E")),
-                      out=Arg("M top_k N", "a", contiguous=True, optional=True),
-                      topk_weights=Arg("M top_k", torch.float32, contiguous=True, optional=True),
-                      sizes=dict(E=SIZE, N=SIZE, K=SIZE, top_k=SIZE))
 
 
 @public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")

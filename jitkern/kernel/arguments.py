@@ -26,10 +26,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from jitkern.kernel.declare import DeclarationError, Tensor
 from jitkern.kernel.validation import (check_int, check_strides_below_i32, check_values_in, dtype_name, first_outside,
                                        runs_on_host, same_device)
 
 ANY = "_"  # a dimension of any size, or a stride of any value
+STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 MOVES = "+"  # a stride of any value but 0: each index its own element (not an expanded tensor)
 
 
@@ -137,6 +139,40 @@ class Arguments:
             if values.where is not None and (where is None or where.padding is None):
                 raise ValueError(f"Arguments: {name}'s values are checked where {values.where!r} is not padding, "
                                  "but it is no argument with padding values")
+
+    def fixed_strides(self, names: Iterable[str]) -> set[str]:
+        """The strides the check fixes of the tensors among ``names``: a contiguous one's
+        (``"ring"``), each dimension of an int stride (``"mean.1"``)."""
+        fixed = set()
+        for name in names:
+            declared = self.arguments.get(name)
+            if isinstance(declared, Arg) and declared.contiguous:
+                fixed.add(name)
+            elif isinstance(declared, Arg) and declared.strides is not None:
+                fixed.update(f"{name}.{dim}" for dim, stride in enumerate(declared.strides) if type(stride) is int)
+        return fixed
+
+    def stand_ins(self, kernel: str, names: Iterable[str], sizes: Mapping[str, str],
+                  dtypes: Mapping[str, str]) -> dict[str, Tensor]:
+        """The usual stand-in (dense, aligned) of each tensor among ``names`` of a known rank:
+        a dimension of an int size is that size, one named as a key field holds it (``sizes``:
+        size name -> field) the key's, any other varies (``STAND_IN_SIZE``); its dtype, the
+        declared one or the field's that reads it (``dtypes``: tensor -> field)."""
+        found = {}
+        for name in names:
+            declared = self.arguments.get(name)
+            if not isinstance(declared, Arg) or declared.whole is not None:
+                continue
+            field = dtypes.get(declared.dtypes[0] if isinstance(declared.dtypes[0], str) else name)
+            dtype = declared.dtypes[0] if len(declared.dtypes) == 1 and field is None else field
+            if dtype is None:
+                raise DeclarationError(f"{kernel}.arguments: {name} has no one dtype; read it with dtype_of or "
+                                       "declare its stand-in")
+            free = [dim for dim, size in enumerate(declared.shape)
+                    if type(size) is not int and (size == ANY or size not in sizes)]
+            found[name] = Tensor(tuple(STAND_IN_SIZE if dim in free else sizes.get(size, size)
+                                       for dim, size in enumerate(declared.shape)), dtype, varying=tuple(free))
+        return found
 
     def check(self, call: Mapping[str, Any], *, index_values: bool = True) -> Checked:
         """Check the declared arguments among ``call`` (a call's ``locals()``), in their

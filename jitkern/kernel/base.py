@@ -20,10 +20,10 @@ import functools
 import inspect
 from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
 
-
 from jitkern import settings, targets
 from jitkern.kernel import registry
 from jitkern.kernel.adopt import Adopted, adopt, adopt_autotuner, check_heuristics, heuristic_constants
+from jitkern.kernel.arguments import Arguments
 from jitkern.kernel.declaration import Declaration
 from jitkern.kernel.declare import METADATA, DeclarationError
 from jitkern.kernel.interpreter import calls_dot, refusing_bf16_dots
@@ -183,9 +183,12 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     tuning: ClassVar[TuningSpace | None] = None
     """The candidate configs of the key's ``tuned()`` fields, what selects among them and the
     default (``jitkern.kernel.tuning``); a ``triton.autotune``'s configs when ``kernel`` has one."""
+    arguments: ClassVar[Arguments | None] = None
+    """The public function's ``Arguments``: what it checks, warmup assumes. The strides they
+    fix join ``fixed_strides``; a tensor ``__call__`` shares with them has its usual stand-in."""
     stand_ins: ClassVar[dict[str, Any]] = {}
-    """The usual stand-in of ``__call__``'s arguments the key does not give: a ``Tensor`` per
-    tensor, a value per plain argument; ``warmup_inputs`` is made of them."""
+    """The stand-in of ``__call__``'s arguments the key and ``arguments`` do not give: a
+    ``Tensor`` per tensor, a value per plain argument; ``warmup_inputs`` is made of them."""
     binaries: BinaryTable
     """The binaries this process holds for the kernel, and its launch path."""
     _declaration: ClassVar[Declaration | None] = None
@@ -198,6 +201,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             return  # this base class itself
         for attribute in ("pinned_by_key", "aligned_tensors", "fixed_strides"):
             setattr(cls, attribute, _names(cls, attribute))
+        if cls.arguments is not None and hasattr(cls, "_build_launch_spec"):
+            cls.fixed_strides |= cls.arguments.fixed_strides(inspect.signature(cls._build_launch_spec).parameters)
         adopted = cls.__dict__.get("_adopted")
         if adopted is not None and adopted.configs:
             adopt_autotuner(cls, adopted)
@@ -213,13 +218,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         self._constants: dict[tuple, dict[str, Any]] = {}  # (key, target) -> constants_for(key)
 
     def constants(self, key: CompileKeyT) -> dict[str, Any]:
-        """The constexpr arguments of ``kernel`` and Triton's launch options (``num_warps``,
-        ...) for ``key``: those the key's fields declare (``constexpr=``, ``option=``); a
-        kernel adds others to ``super().constants(key)``.
-
-        They come from the key alone, so that a key names one binary whatever the call:
-        a direct launch passes the key's constants as they are and checks none of them.
-        """
+        """The constexprs of ``kernel`` and Triton's launch options (``num_warps``, ...) for
+        ``key``: those its fields declare (``constexpr=``, ``option=``), and what a kernel adds
+        to ``super().constants(key)``. From the key alone, so that a key names one binary
+        whatever the call: a direct launch passes them as they are and checks none."""
         constants = self._declaration.constants(key) if self._declaration else {}
         heuristics = self._adopted.heuristics if self._adopted else ()
         return heuristic_constants(self, heuristics, key, constants) if heuristics else constants
@@ -234,8 +236,8 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
 
         Tensors are ``TritonWarmupTensor`` stand-ins; nothing is allocated. Their layout is
         the deployment's usual one (aligned, contiguous): jitkern varies it per layout.
-        Made from ``stand_ins`` and the key's declared fields; a kernel whose usual layout is
-        not that (views of one projection, say) writes its own.
+        Made from the key's declared fields, ``arguments`` and ``stand_ins``; a kernel whose
+        usual layout is not that (views of one projection, say) declares those stand-ins.
         """
         if self._declaration is None:
             raise NotImplementedError(f"{self.name}: declare its CompileKey fields and tensors, or write warmup_inputs")

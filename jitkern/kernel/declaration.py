@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from jitkern.kernel.arguments import Arg
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor, Warm
 from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.direct import parameters_source
@@ -57,6 +58,8 @@ class Declaration:
                 forget=lambda: (self.make.cache_clear(), getattr(cls.dispatch, "cache_clear", tuple)(), forget_plans()))
         except TuningError as error:  # a candidate or default that cannot work, found where it is declared
             raise DeclarationError(str(error)) from None
+        arguments = getattr(cls, "arguments", None)
+        self.usual = {} if arguments is None else self._usual_stand_ins(arguments)
 
     def check(self, cls: type, writes_warmup_keys: bool) -> None:
         """Every name a field or tensor declares exists, every constant is the kernel's, and
@@ -268,9 +271,28 @@ class Declaration:
                     constants[target] = getattr(key, name)
         return constants
 
+    def _usual_stand_ins(self, arguments: Any) -> dict[str, Tensor]:
+        """The stand-ins of the tensors ``__call__`` shares with the public function's
+        ``Arguments``: a size they name is the key field's that reads it (a dimension of one
+        of them, or an int argument), the dtype the ``dtype_of`` field's."""
+        sizes, dtypes = {}, {}
+        for name, field in self.fields.items():
+            if field.kind == "dtype":
+                dtypes[field.reads[0]] = name
+            elif isinstance(field.function, Size) and isinstance(arguments.arguments.get(field.reads[0]), Arg):
+                sizes[arguments.arguments[field.reads[0]].shape[field.function.dim]] = name
+            elif field.kind == "value" and field.function is None:
+                sizes[field.reads[0]] = name
+        names = [parameter.name for parameter in self.parameters]
+        if not set(names) & set(arguments.arguments):
+            raise DeclarationError(f"{self.name}.arguments: declares none of __call__'s arguments ({', '.join(names)})")
+        return arguments.stand_ins(self.name, names, sizes, dtypes)
+
     def stand_ins(self, key: Any, declared: dict[str, Any]) -> dict[str, Any]:
         """``__call__``'s arguments for ``key``: a plain argument the key reads, the key's
-        value; else as ``declared`` (a ``Tensor``'s stand-in, a plain value), else its default."""
+        value; else as ``declared`` (a ``Tensor``'s stand-in, a plain value), else the
+        usual one ``arguments`` gives, else its default."""
+        declared = {**self.usual, **declared}
         dtypes = {field.reads[0]: getattr(key, name) for name, field in self.fields.items() if field.kind == "dtype"}
         sizes: dict[str, dict[int, int]] = {}
         values = {}

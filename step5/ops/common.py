@@ -37,13 +37,6 @@ QUERY_START_LOC_DTYPES = index_dtypes("query_start_loc_dtypes", "int32")
 SEQ_LENS_DTYPES = index_dtypes("seq_lens_dtypes", "int32")
 RING_INDEX_DTYPES = index_dtypes("ring_index_dtypes", "int32")
 
-# The usual stand-ins: contiguous bf16 [tokens, 1, 256] key and z rows, index tensors of
-# their key's dtypes, a summary cache of the key's block size, a ring, prefill metadata.
-ROWS = dict(key=Tensor((16, 1, 256), torch.bfloat16), z=Tensor((16, 1, 256), torch.bfloat16))
-INDEX = Tensor((16,))
-MEAN = Tensor((16, lambda key: key.block_size // 8, 256), torch.uint8)
-RING = Tensor((64, 512), torch.bfloat16)
-METADATA = Tensor((16, 3), torch.int32)
 
 
 def stride_kwargs(key=None, z=None, positions=None, mean=None) -> dict[str, int]:
@@ -116,9 +109,11 @@ class Step5Kernel(TritonJitKernel):
 
 class SummaryKernel(Step5Kernel):
     """A kernel writing summaries: fp32 operations in the spec's order (no fused
-    multiply-add), its target's code paths, and a ptxas register cap, or none."""
+    multiply-add), its target's code paths, and a ptxas register cap, or none; a summary
+    cache of its key's block size (the stand-in ``arguments`` cannot size)."""
 
     maxnreg: ClassVar[int | None] = None
+    stand_ins = dict(mean=Tensor((16, lambda key: key.block_size // 8, 256), torch.uint8))
 
     def constants(self, key: Any) -> dict[str, Any]:
         cap = {} if self.maxnreg is None else {"maxnreg": self.maxnreg}

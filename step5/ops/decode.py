@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, NUM_WARPS, POSITION_DTYPES, RING, RING_CAPACITY,
-                              RING_INDEX_DTYPES, ROWS, SLOT_DTYPES, SummaryKernel, stride_kwargs)
+from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, POSITION_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES,
+                              SummaryKernel, stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops.validate import DECODE, check_ring
 
@@ -21,8 +21,7 @@ class UpdateDecodeKernel(SummaryKernel):
     kernel = update_decode_kernel
     compile_cost = 0.6  # seconds a key on our CPU machine
     maxnreg = 200  # ptxas issues all 14 ring loads at once (spec, "Register caps")
-    fixed_strides = {"ring", "mean.1", "mean.2", "slots", "ring_base"}  # what the public function fixes
-    stand_ins = dict(**ROWS, slots=INDEX, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
+    arguments = DECODE
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:

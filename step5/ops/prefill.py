@@ -15,9 +15,9 @@ from jitkern import (LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kern
 from jitkern.kernel.arguments import describe
 from jitkern.kernel.validation import runs_on_host
 from step5.ops import prefill_fused
-from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES,
-                              PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
-                              SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
+from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES, PREFILL_MAXNREG,
+                              QUERY_START_LOC_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel,
+                              SummaryKernel, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
 from step5.ops.validate import BUILD, UPDATE, check_prefill_values, check_ring
 
@@ -39,8 +39,7 @@ def one_program(tokens: int, rows: int) -> bool:
 class BuildPrefillGroupsKernel(Step5Kernel):
     name = "step5.build_prefill_groups"
     kernel = build_prefill_groups_kernel
-    fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
-    stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
+    arguments = BUILD
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # sizes and the positions stride are not specialised: only index dtypes select a binary
@@ -54,17 +53,17 @@ class BuildPrefillGroupsKernel(Step5Kernel):
         return {**super().constants(key), "BLOCK": _GROUP_BUILD_TOKENS, "FILL_ROWS": _GROUP_FILL_ROWS}
 
     @kernel_launcher
-    def __call__(self, compile_key, slots, positions, owners, query_start_loc, groups, fill: bool = False) -> LaunchSpec:
-        """``fill``: one program writes every row of ``groups``, -1 first (``one_program``
-        steps, as the public function decides); else ``groups`` must hold -1 already."""
+    def __call__(self, compile_key, slots, positions, owners, query_start_loc, out, fill: bool = False) -> LaunchSpec:
+        """``fill``: one program writes every row of ``out``, -1 first (``one_program``
+        steps, as the public function decides); else ``out`` must hold -1 already."""
         n_tokens = slots.shape[0]
         requests = query_start_loc.shape[0] - 1
         return LaunchSpec(
             grid=(1,) if fill else (cdiv(n_tokens, _GROUP_BUILD_TOKENS),),
-            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
+            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=out,
                         n_tokens=n_tokens, n_groups=n_tokens // 8 + requests, n_requests=requests,
-                        positions_stride=positions.stride(0), fill_rows=groups.shape[0] if fill else 0),
-            result=groups)
+                        positions_stride=positions.stride(0), fill_rows=out.shape[0] if fill else 0),
+            result=out)
 
 
 # --- prefill, step 2: one program per closed region ---------------------------------------
@@ -75,8 +74,7 @@ class PrefillSummaryKernel(SummaryKernel):
     kernel = prefill_summary_kernel
     compile_cost = 1.2  # seconds a key on our CPU machine: among the slowest to compile
     maxnreg = PREFILL_MAXNREG
-    fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base"}  # what the public function fixes
-    stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, mean=MEAN, ring=RING)
+    arguments = UPDATE
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
@@ -87,10 +85,10 @@ class PrefillSummaryKernel(SummaryKernel):
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
 
     @kernel_launcher
-    def __call__(self, compile_key, key, z, groups, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
-        n_groups, _ = prefill_metadata_geometry(key.shape[0], groups.shape[0])
+    def __call__(self, compile_key, key, z, metadata, positions, ring_base, mean, ring, capacity: int) -> LaunchSpec:
+        n_groups, _ = prefill_metadata_geometry(key.shape[0], metadata.shape[0])
         return LaunchSpec(grid=(n_groups,), kwargs=dict(
-            Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
+            Key=key, Z=z, Groups=metadata, Positions=positions, RingBase=ring_base, Mean=mean, Ring=ring,
             **stride_kwargs(key=key, z=z, positions=positions, mean=mean)))
 
 
@@ -100,8 +98,7 @@ class PrefillSummaryKernel(SummaryKernel):
 class WriteRingKernel(Step5Kernel):
     name = "step5.write_ring"
     kernel = write_ring_kernel
-    fixed_strides = {"ring", "metadata", "ring_slots"}  # what the public function fixes
-    stand_ins = dict(**ROWS, metadata=METADATA, ring_slots=INDEX, ring=RING)
+    arguments = UPDATE
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:

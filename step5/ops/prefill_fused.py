@@ -13,9 +13,10 @@ import torch
 
 from jitkern import LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher
 from jitkern.kernel.validation import device_has_pdl, use_gdc
-from step5.ops.common import (BLOCK_SIZE, INDEX, MEAN, METADATA, NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES,
-                              PREFILL_MAXNREG, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY, RING_INDEX_DTYPES, ROWS,
-                              SLOT_DTYPES, Step5Kernel, SummaryKernel, prefill_metadata_geometry, stride_kwargs)
+from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES, PREFILL_MAXNREG,
+                              QUERY_START_LOC_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel,
+                              SummaryKernel, prefill_metadata_geometry, stride_kwargs)
+from step5.ops.validate import BUILD, UPDATE
 from step5.ops.kernels.prefill_fused import build_prefill_groups_filled_kernel, prefill_update_kernel
 
 _ROWS = 32  # group rows (and request rows) per program of the filled build: its 256 tokens
@@ -44,8 +45,7 @@ def launch_pdl(device: torch.device) -> bool:
 class BuildFilledPrefillGroupsKernel(Step5Kernel):
     name = "step5.build_prefill_groups_filled"
     kernel = build_prefill_groups_filled_kernel
-    fixed_strides = {"slots", "owners", "query_start_loc", "groups"}  # what the public function fixes
-    stand_ins = dict(slots=INDEX, positions=INDEX, owners=INDEX, query_start_loc=INDEX, groups=METADATA)
+    arguments = BUILD
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)
@@ -60,16 +60,15 @@ class BuildFilledPrefillGroupsKernel(Step5Kernel):
         return {**super().constants(key), "ROWS": _ROWS, "HALO": _HALO, "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(self, compile_key, slots, positions, owners, query_start_loc, groups,
-                 launch_pdl: bool = False) -> LaunchSpec:
+    def __call__(self, compile_key, slots, positions, owners, query_start_loc, out, launch_pdl: bool = False) -> LaunchSpec:
         n_tokens = slots.shape[0]
         requests = query_start_loc.shape[0] - 1
         n_groups = n_tokens // 8 + requests
         return LaunchSpec(
             grid=(cdiv(n_groups, _ROWS),),  # n_groups >= requests: every request row is owned too
-            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=groups,
+            kwargs=dict(Slots=slots, Positions=positions, Owners=owners, QueryStartLoc=query_start_loc, Groups=out,
                         n_tokens=n_tokens, n_groups=n_groups, n_requests=requests, **stride_kwargs(positions=positions)),
-            result=groups)
+            result=out)
 
 
 # --- summaries and ring writes in one launch ---------------------------------------------------
@@ -80,8 +79,7 @@ class PrefillUpdateKernel(SummaryKernel):
     kernel = prefill_update_kernel
     compile_cost = 2.0  # seconds a key on our CPU machine, about: 1.7x the summary kernel's in a serial warmup
     maxnreg = PREFILL_MAXNREG
-    fixed_strides = {"ring", "mean.1", "mean.2", "groups", "ring_base", "ring_slots"}  # what the public function fixes
-    stand_ins = dict(**ROWS, groups=METADATA, positions=INDEX, ring_base=INDEX, ring_slots=INDEX, mean=MEAN, ring=RING)
+    arguments = UPDATE
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)
@@ -97,10 +95,10 @@ class PrefillUpdateKernel(SummaryKernel):
         return {**super().constants(key), "USE_GDC": use_gdc(key.launch_pdl)}
 
     @kernel_launcher
-    def __call__(self, compile_key, key, z, groups, positions, ring_base, ring_slots, mean, ring, capacity: int,
+    def __call__(self, compile_key, key, z, metadata, positions, ring_base, ring_slots, mean, ring, capacity: int,
                  launch_pdl: bool = False) -> LaunchSpec:
-        n_groups, requests = prefill_metadata_geometry(key.shape[0], groups.shape[0])
+        n_groups, requests = prefill_metadata_geometry(key.shape[0], metadata.shape[0])
         return LaunchSpec(grid=(requests + n_groups,), kwargs=dict(
-            Key=key, Z=z, Groups=groups, Positions=positions, RingBase=ring_base, RingSlots=ring_slots, Mean=mean,
+            Key=key, Z=z, Groups=metadata, Positions=positions, RingBase=ring_base, RingSlots=ring_slots, Mean=mean,
             Ring=ring, **stride_kwargs(key=key, z=z, positions=positions, mean=mean), n_groups=n_groups,
             n_requests=requests))

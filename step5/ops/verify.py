@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from jitkern import LaunchSpec, Tensor, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, MEAN, NUM_WARPS, QUERY_START_LOC_DTYPES, RING, RING_CAPACITY,
-                              RING_INDEX_DTYPES, ROWS, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
+from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, NUM_WARPS, QUERY_START_LOC_DTYPES, RING_CAPACITY,
+                              RING_INDEX_DTYPES, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
 from step5.ops.validate import VERIFY, check_ring
 
@@ -19,13 +19,13 @@ class UpdateVerifyKernel(SummaryKernel):
     name = "step5.update_verify"
     kernel = update_verify_kernel
     compile_cost = 1.3  # seconds a key on our CPU machine: the slowest to compile
-    fixed_strides = {"ring", "mean.1", "mean.2", "slots", "query_start_loc", "seq_lens", "ring_base"}
+    arguments = VERIFY
     # Four requests of q tokens. The index tensors' sizes vary together (tokens = q * requests,
     # which the key's q depends on) and reach the kernel only as n_tokens, which is not
     # specialised: their stand-ins keep one size.
-    stand_ins = dict(**ROWS, slots=Tensor((lambda key: 4 * key.query_len,), varying=()),
+    stand_ins = dict(**SummaryKernel.stand_ins, slots=Tensor((lambda key: 4 * key.query_len,), varying=()),
                      query_start_loc=Tensor((5,), varying=()), seq_lens=Tensor((4,), varying=()),
-                     ring_base=Tensor((lambda key: 4 * key.query_len,), varying=()), mean=MEAN, ring=RING)
+                     ring_base=Tensor((lambda key: 4 * key.query_len,), varying=()))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:

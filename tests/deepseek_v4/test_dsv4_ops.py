@@ -53,7 +53,7 @@ def test_pdl_kwargs_travel_as_their_repr():
     _overload, (arguments, _) = op_call(save_partial_states, *store, pdl_kwargs=PDL)
     assert arguments[-1] == "{'launch_pdl': True}"
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError,  # the function's own error, raised while tracing
-                       match="pdl_kwargs: launch_pdl must be True or False, got 'yes'"):
+                       match="pdl_kwargs: expected {'launch_pdl': True or False}, or None, got {'launch_pdl': 'yes'}"):
         torch.compile(lambda *a: save_partial_states(*a, pdl_kwargs={"launch_pdl": "yes"}), fullgraph=True,
                       backend="aot_eager")(*store)
 

@@ -11,12 +11,14 @@ import torch
 import triton
 import triton.language as tl
 
-from jitkern import (Config, DeclarationError, LaunchSpec, Tensor, TritonJitKernel, Warm, argument, computed,
-                     derived, dtype_of, fixed, kernel_launcher, size_of)
+from jitkern import (Arg, Arguments, Config, DeclarationError, LaunchSpec, Tensor, TritonJitKernel, Warm, argument,
+                     computed, derived, dtype_of, fixed, kernel_launcher, size_of)
 from jitkern.examples.axpy import AxpyKernel
 from jitkern.kernel.interpreter import InterpreterCannotRun
 from jitkern.kernel.registry import UnknownKernel, get_kernel
 
+FLOATS = (torch.float32, torch.float16)
+ROWS = Arguments(x=Arg("rows width", FLOATS, strides="_ 1"), out=Arg("rows width", "x", contiguous=True))  # a public function's
 WIDTHS = Config("widths", list[int], default=[64, 128], check=lambda v: None if all(w > 0 for w in v) else "not positive")
 
 
@@ -139,13 +141,29 @@ def _call_reading(name):
     (dict(pinned_by_key={"n_row"}), r"ScaleRows\.pinned_by_key: 'n_row' is not a runtime parameter of the kernel"),
     (dict(stand_ins=dict(y=Tensor())), r"ScaleRows\.stand_ins: 'y' is not an argument of __call__"),
     (dict(stand_ins=dict(x=Tensor((16, "wide")))), r"ScaleRows\.stand_ins\['x'\]: 'wide' is not a field of CompileKey"),
+    (dict(stand_ins={}, arguments=Arguments(x=Arg("rows width", torch.float32), out=Arg("rows width", FLOATS))),
+     r"ScaleRows\.arguments: out has no one dtype; read it with dtype_of or declare its stand-in"),
+    (dict(arguments=Arguments(y=Arg("rows", torch.float32))), r"ScaleRows\.arguments: declares none of __call__'s"),
 ], ids=["a-string", "misspelt-stride", "misspelt-aligned", "aligned-dimension", "misspelt-pinned",
-        "stand-in-of-nothing", "stand-in-size-of-no-field"])
+        "stand-in-of-nothing", "stand-in-size-of-no-field", "arguments-of-several-dtypes", "arguments-of-another"])
 def test_a_declaration_naming_what_does_not_exist_is_refused(attributes, said):
     with pytest.raises(DeclarationError, match=said):
         scale_rows("test.declared.broken", **attributes)
     with pytest.raises(UnknownKernel):
         get_kernel("test.declared.broken")  # refused before it was registered
+
+
+def test_the_public_functions_arguments_give_the_usual_stand_ins_and_the_fixed_strides():
+    kernel = scale_rows("test.declared.arguments", arguments=ROWS, stand_ins={})()
+    (key,) = kernel.get_warmup_keys(dtypes=["float16"], widths=[32])
+    x, out = (kernel.warmup_inputs(key)[name] for name in ("x", "out"))
+    assert (x.shape, out.shape, x.dtype, out.dtype) == ((16, 32), (16, 32), torch.float16, torch.float16)
+    assert x.varying == out.varying == (0,) and x.is_contiguous()  # rows: free; width: the key's
+    assert kernel.fixed_strides == {"x.1", "out"}
+    own = scale_rows("test.declared.arguments_and_own", arguments=ROWS, stand_ins=dict(x=Tensor((4, "width"))),
+                     fixed_strides={"x.0"})()
+    x, out = (own.warmup_inputs(key)[name] for name in ("x", "out"))
+    assert (x.shape, out.shape) == ((4, 32), (16, 32)) and own.fixed_strides == {"x.0", "x.1", "out"}
 
 
 def test_any_iterable_of_names_is_taken_where_a_set_is_meant():
