@@ -1,9 +1,6 @@
-"""DeepSeek V4 compressor states: the partial-state store, the window compressor, and both
-fused into one launch for decode steps.
-
-``docs/spec/deepseek-v4-compressor.md`` gives the semantics; ``reference.py`` is the PyTorch
-reference of both, for tests and benchmarks only.
-"""
+"""DeepSeek V4 compressor states (``docs/spec/deepseek-v4-compressor.md``): the partial-state
+store, the window compressor, and both fused into one launch for decode steps;
+``reference.py`` is their PyTorch reference, for tests and benchmarks only."""
 
 from deepseek_v4.compressor import CompressWindowsKernel, compress_windows
 from deepseek_v4.decode_step import DecodeStepKernel, decode_step

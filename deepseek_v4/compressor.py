@@ -1,7 +1,5 @@
 """The window compressor: each closed window's rows -> one float32 compressed entry
-(``docs/spec/deepseek-v4-compressor.md``, "The compressor"; its implementation notes say
-why ratio 128 scans chunks of tokens). The kernel's Triton source: ``deepseek_v4.kernels.compressor``.
-"""
+(``docs/spec/deepseek-v4-compressor.md``, "The compressor"; its notes say why ratio 128 scans chunks)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A decode step in one launch: the partial-state store and the window compressor fused,
-every byte as the two launches leave it (``docs/spec/deepseek-v4-compressor.md``, "The
-fused decode step"). The kernel's Triton source: ``deepseek_v4.kernels.decode_step``.
-"""
+"""A decode step in one launch: the store and the compressor fused, every byte as the two
+launches leave it (``docs/spec/deepseek-v4-compressor.md``, "The fused decode step")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """The partial-state store: each token's ``[kv | score + ape]`` into the paged state cache
-(``docs/spec/deepseek-v4-compressor.md``, "The store"). The kernel's Triton source:
-``deepseek_v4.kernels.save_partial_states``.
-"""
+(``docs/spec/deepseek-v4-compressor.md``, "The store")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""How each DeepSeek V4 launch is cut: the tiling a key pins (the compressor's, the fused
-decode step's, the store's), and a launch's chunks and grid, from shapes only (no sync,
-graph-capturable). The H200 sweeps chose the tilings (``docs/spec/deepseek-v4-compressor.md``,
-implementation notes)."""
+"""How each DeepSeek V4 launch is cut: the tiling a key pins, chosen by the H200 sweeps (the
+spec's implementation notes), and a launch's chunks and grid, from shapes only (no sync)."""
 
 from __future__ import annotations
 

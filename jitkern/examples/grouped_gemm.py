@@ -171,7 +171,7 @@ TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(
 class GroupedGemmKernel(TritonJitKernel):
     name = "jitkern.example.grouped_gemm"
     kernel = _grouped_gemm_kernel
-    arguments = ARGUMENTS  # a, b and out's stand-ins, the strides grouped_gemm fixes
+    arguments = ARGUMENTS  # a and out's stand-ins, the strides grouped_gemm fixes
     pinned_by_key = frozenset({"N", "K"})
     tuning = TUNING
 
@@ -190,8 +190,8 @@ class GroupedGemmKernel(TritonJitKernel):
         num_warps: int = tuned(option="num_warps")
         num_stages: int = tuned(option="num_stages")
 
-    stand_ins = dict(  # the sorting's results, and the weights where the key has them
-        sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
+    stand_ins = dict(  # b of top_k experts, E not drawn (at E = 1 a strided b could pass 2**31 as its expert stride)
+        b=Tensor(("top_k", "n", "k"), "dtype", varying=()), sorted_ids=Tensor((lambda key: _capacity(key),), torch.int32),
         block_experts=Tensor((lambda key: _capacity(key) // key.block_size_m,), torch.int32),
         num_used=Tensor((1,), torch.int32, varying=()),
         topk_weights=lambda key: Tensor((STAND_IN_TOKENS, "top_k"), torch.float32) if key.mul_routed_weight else None)

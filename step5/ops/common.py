@@ -1,17 +1,17 @@
-"""Host-side pieces the Step5 update paths (``decode``, ``prefill``, ``prefill_fused``,
-``verify``) share: compile-only stand-ins, the strides the public functions fix, the
-manifest check, each target's code paths, and the geometry of the summary cache and of
-the prefill metadata."""
+"""What the Step5 update paths share: the manifest's parameters and their check, the
+summary kernels' key fields and cache stand-in, each target's code paths, the launch
+strides, and the geometry of the summary cache and of the prefill metadata."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
-from jitkern import Config, Tensor, TritonJitKernel, launch_stride, targets
+from jitkern import Config, Tensor, TritonJitKernel, argument, computed, launch_stride, targets
 from jitkern.kernel.validation import INDEX_DTYPES_BY_NAME
-from step5.ops.validate import SIZE_LIMIT, check_mean
+from step5.ops.validate import CACHE, SIZE_LIMIT
 
 DIM = 256  # index-head dimension
 NUM_WARPS = 1  # one warp per region is fastest (spec, "Why the Step5 kernels use one warp")
@@ -19,7 +19,8 @@ PREFILL_MAXNREG = 128  # ptxas register cap of the prefill summaries (spec, "Reg
 _HW_FP8_CAPABILITY = 89  # cvt.rn.satfinite.e4m3x2.f32: Ada (sm_89) and newer
 
 # The parameters of a manifest's Step5 config (``check_deployment`` checks them together).
-BLOCK_SIZE = Config("block_size", int)
+BLOCK_SIZE = Config("block_size", int, check=lambda size: None if size > 0 and size % 8 == 0 else
+                    f"{size} is not a positive multiple of 8")
 RING_CAPACITY = Config("ring_capacity", int)
 DRAFT_TOKENS = Config("draft_tokens", int, choices=range(2**31), expand=lambda draft_tokens: [1 + draft_tokens])  # q = 1 + k
 PDL_CHOICES = Config("launch_pdl", list[bool], default=[False, True])
@@ -38,29 +39,23 @@ SEQ_LENS_DTYPES = index_dtypes("seq_lens_dtypes", "int32")
 RING_INDEX_DTYPES = index_dtypes("ring_index_dtypes", "int32")
 
 
-
-def stride_kwargs(key=None, z=None, positions=None, mean=None) -> dict[str, int]:
-    """The strides a launch passes for the tensors given, each leading one as
-    ``jitkern.launch_stride`` gives it: a step of one token, or a cache of one block,
+def stride_kwargs(**tensors: torch.Tensor) -> dict[str, int]:
+    """The strides a launch passes for ``tensors`` (key, z, positions, mean), each leading one
+    as ``jitkern.launch_stride`` gives it: a step of one token, or a cache of one block,
     passes the stride a dense tensor of its rows has (torch's contiguity ignores the
     stride of a dimension of size 1), so it takes the binary of its stand-in."""
     strides = {}
-    for name, rows in (("key", key), ("z", z)):
-        if rows is not None:
-            strides.update({f"{name}_stride0": launch_stride(rows, 0), f"{name}_stride2": rows.stride(2)})
-    if positions is not None:
-        strides["positions_stride"] = launch_stride(positions, 0)
-    if mean is not None:
-        strides["mean_stride0"] = launch_stride(mean, 0)
+    for name, tensor in tensors.items():
+        strides[f"{name}_stride" if name == "positions" else f"{name}_stride0"] = launch_stride(tensor, 0)
+        if name in ("key", "z"):  # [tokens, 1, 256] rows: their columns' stride too
+            strides[f"{name}_stride2"] = tensor.stride(2)
     return strides
 
 
-def check_deployment(*, block_size: int = 8, ring_capacity: int = 7, draft_tokens: int = 0, **others: Any) -> None:
+def check_deployment(*, ring_capacity: int = 7, draft_tokens: int = 0, **others: Any) -> None:
     """What a manifest's Step5 parameters must say together (each kernel's ``check_config``),
     checked when the manifest loads, not when its keys fail to compile; each ``Config``
-    checks its own values (``draft_tokens >= 0``, known index dtypes)."""
-    if block_size <= 0 or block_size % 8:
-        raise ValueError(f"block_size: {block_size} is not a positive multiple of 8")
+    checks its own values (a block of whole regions, ``draft_tokens >= 0``, index dtypes)."""
     if ring_capacity < 7 + draft_tokens:
         raise ValueError(f"ring_capacity: {ring_capacity} is less than 7 + {draft_tokens} (draft tokens)")
 
@@ -85,7 +80,7 @@ def hardware_fp8_is_safe(num_warps: int) -> bool:
 
 def summary_geometry(mean: torch.Tensor) -> tuple[int, int]:
     """(bytes between blocks, tokens per block) of a ``[blocks, block_size // 8, 256]`` uint8 cache."""
-    check_mean(mean)
+    CACHE.check(dict(mean=mean))
     return mean.stride(0), mean.shape[1] * 8
 
 
@@ -105,6 +100,14 @@ class Step5Kernel(TritonJitKernel):
 
     size_limit = SIZE_LIMIT
     check_config = check_deployment
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryKey:
+    """The first key fields of every summary kernel: the cache's block size, the ring's capacity."""
+
+    block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
+    ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
 
 
 class SummaryKernel(Step5Kernel):

@@ -1,7 +1,5 @@
 """Step5 CSA region summaries, decode: one program per token, one token per request
-(``docs/spec/step5-csa.md``, "The three update paths"). The kernel's Triton source:
-``step5.ops.kernels.decode``.
-"""
+(``docs/spec/step5-csa.md``, "The three update paths")."""
 
 from __future__ import annotations
 
@@ -9,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from jitkern import LaunchSpec, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, POSITION_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES,
-                              SummaryKernel, stride_kwargs)
+from jitkern import LaunchSpec, dtype_of, fixed, kernel_launcher, public_call
+from step5.ops.common import (NUM_WARPS, POSITION_DTYPES, RING_INDEX_DTYPES, SLOT_DTYPES, SummaryKernel, SummaryKey,
+                              stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
 from step5.ops.validate import DECODE, check_ring
 
@@ -24,9 +22,7 @@ class UpdateDecodeKernel(SummaryKernel):
     arguments = DECODE
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+    class CompileKey(SummaryKey):
         slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)

@@ -1,7 +1,5 @@
 """Step5 CSA region summaries, prefill: the step's closing tokens listed on the device, then
-a program per closed region, then the ring writes (``docs/spec/step5-csa.md``, "The three
-update paths"). The kernels' Triton source: ``step5.ops.kernels.prefill``.
-"""
+a program per closed region, then the ring writes (``docs/spec/step5-csa.md``, "The three update paths")."""
 
 from __future__ import annotations
 
@@ -10,14 +8,13 @@ from typing import Any
 
 import torch
 
-from jitkern import (LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher,
-                     public_call, torch_step)
+from jitkern import LaunchSpec, cdiv, dtype_of, fixed, kernel_launcher, public_call, torch_step
 from jitkern.kernel.arguments import describe
 from jitkern.kernel.validation import runs_on_host
 from step5.ops import prefill_fused
-from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES, PREFILL_MAXNREG,
-                              QUERY_START_LOC_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel,
-                              SummaryKernel, prefill_metadata_geometry, stride_kwargs)
+from step5.ops.common import (NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES, PREFILL_MAXNREG, QUERY_START_LOC_DTYPES,
+                              RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel, SummaryKernel, SummaryKey,
+                              prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
 from step5.ops.validate import BUILD, UPDATE, check_prefill_values, check_ring
 
@@ -77,9 +74,7 @@ class PrefillSummaryKernel(SummaryKernel):
     arguments = UPDATE
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+    class CompileKey(SummaryKey):
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
         num_warps: int = fixed(NUM_WARPS, option="num_warps")
@@ -116,12 +111,10 @@ class WriteRingKernel(Step5Kernel):
 def build_prefill_groups(slots: torch.Tensor, positions: torch.Tensor, owners: torch.Tensor,
                          query_start_loc: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """The step's closed regions, listed on the device with no host synchronisation: int32
-    ``[tokens // 8 + 2 * requests, 3]`` rows (spec, "The three update paths"; -1 rows
-    unused), written into ``out`` when given; pass them to ``update_prefill`` of the same
-    step unchanged. Steps of ``prefill_fused.two_launches`` take the filled build, small
-    ones one program that writes every row (``one_program``), others a fill of -1, then the
-    kernel. Allocation and fill are ``torch_step``s, so that a planned call repeats them
-    (``torch.empty`` of the sizes one by one: parsed faster than a tuple)."""
+    ``[tokens // 8 + 2 * requests, 3]`` rows (spec, "The three update paths"; -1 rows unused),
+    into ``out`` when given, for ``update_prefill`` of the same step. Allocation and fill are
+    ``torch_step``s, so that a planned call repeats them (``torch.empty`` of the sizes one by
+    one: parsed faster than a tuple)."""
     checked = BUILD.check(locals())
     tokens, device = checked.tokens, checked.device
     if query_start_loc.shape[0] < 1:

@@ -1,8 +1,5 @@
-"""Step5 CSA region summaries, prefill in two launches instead of four, for steps of 256+
-tokens (``docs/spec/step5-csa.md``, "Prefill in two launches"): the filled build, then
-summaries and ring writes in one launch, both with PDL where the GPU has it. The kernels'
-Triton source: ``step5.ops.kernels.prefill_fused``.
-"""
+"""Step5 CSA region summaries, prefill in two launches instead of four for steps of 256+
+tokens, both with PDL where the GPU has it (``docs/spec/step5-csa.md``, "Prefill in two launches")."""
 
 from __future__ import annotations
 
@@ -11,11 +8,11 @@ from typing import Any
 
 import torch
 
-from jitkern import LaunchSpec, argument, cdiv, computed, dtype_of, fixed, kernel_launcher
+from jitkern import LaunchSpec, argument, cdiv, dtype_of, fixed, kernel_launcher
 from jitkern.kernel.validation import device_has_pdl, use_gdc
-from step5.ops.common import (BLOCK_SIZE, NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES, PREFILL_MAXNREG,
-                              QUERY_START_LOC_DTYPES, RING_CAPACITY, RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel,
-                              SummaryKernel, prefill_metadata_geometry, stride_kwargs)
+from step5.ops.common import (NUM_WARPS, OWNER_DTYPES, PDL_CHOICES, POSITION_DTYPES, PREFILL_MAXNREG,
+                              QUERY_START_LOC_DTYPES, RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel, SummaryKernel,
+                              SummaryKey, prefill_metadata_geometry, stride_kwargs)
 from step5.ops.validate import BUILD, UPDATE
 from step5.ops.kernels.prefill_fused import build_prefill_groups_filled_kernel, prefill_update_kernel
 
@@ -82,9 +79,7 @@ class PrefillUpdateKernel(SummaryKernel):
     arguments = UPDATE
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)
-        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+    class CompileKey(SummaryKey):  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
         ring_slots_dtype: str = dtype_of("ring_slots", warm=RING_INDEX_DTYPES)

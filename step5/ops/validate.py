@@ -48,12 +48,6 @@ UPDATE = Arguments(key=ROW, z=ROW, metadata=METADATA, positions=POSITIONS, ring_
                    mean=MEAN, ring=RING, capacity=int, sizes=SIZES)
 
 
-def check_mean(mean) -> None:
-    """``mean``: uint8 ``[blocks, block_size // 8, 256]``, at least one region a block, its
-    inner strides ``(256, 1)``."""
-    CACHE.check(dict(mean=mean))
-
-
 def check_ring(ring, capacity: int, draft_tokens: int) -> None:
     """``capacity >= 7 + draft_tokens`` rows per request, which ``ring`` holds."""
     if capacity < 7 + draft_tokens:

@@ -1,6 +1,5 @@
 """Step5 CSA region summaries, speculative verify: one program per request, its ``q``
-tokens in position order; no host metadata (``spec/step5-csa.md``). The kernel's Triton
-source: ``step5.ops.kernels.verify``."""
+tokens in position order; no host metadata (``docs/spec/step5-csa.md``)."""
 
 from __future__ import annotations
 
@@ -8,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from jitkern import LaunchSpec, Tensor, argument, computed, dtype_of, fixed, kernel_launcher, public_call
-from step5.ops.common import (BLOCK_SIZE, DRAFT_TOKENS, NUM_WARPS, QUERY_START_LOC_DTYPES, RING_CAPACITY,
-                              RING_INDEX_DTYPES, SEQ_LENS_DTYPES, SLOT_DTYPES, SummaryKernel, stride_kwargs)
+from jitkern import LaunchSpec, Tensor, computed, dtype_of, fixed, kernel_launcher, public_call
+from step5.ops.common import (DRAFT_TOKENS, NUM_WARPS, QUERY_START_LOC_DTYPES, RING_INDEX_DTYPES, SEQ_LENS_DTYPES,
+                              SLOT_DTYPES, SummaryKernel, SummaryKey, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
 from step5.ops.validate import VERIFY, check_ring
 
@@ -28,9 +27,7 @@ class UpdateVerifyKernel(SummaryKernel):
                      ring_base=Tensor((lambda key: 4 * key.query_len,), varying=()))
 
     @dataclass(frozen=True, kw_only=True)
-    class CompileKey:
-        block_size: int = computed(lambda mean: mean.shape[1] * 8, constexpr="BLOCK_SIZE", warm=BLOCK_SIZE)
-        ring_capacity: int = argument("capacity", constexpr="RING_CAPACITY", warm=RING_CAPACITY)
+    class CompileKey(SummaryKey):
         query_len: int = computed(lambda slots, seq_lens: slots.shape[0] // seq_lens.shape[0], constexpr="Q",
                                   warm=DRAFT_TOKENS)  # q = 1 + draft tokens
         slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
@@ -59,12 +56,9 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     if query_start_loc.shape[0] != requests + 1:
         raise ValueError(f"query_start_loc: expected {requests + 1} entries (seq_lens has {requests}), "
                          f"got {query_start_loc.shape[0]}")
-    if requests and tokens % requests:
-        raise ValueError(f"slots: {tokens} tokens are not the same number for each of {requests} requests")
-    if not requests and tokens:  # nothing would launch: the tokens would be dropped
-        raise ValueError(f"slots: {tokens} tokens, but seq_lens has no requests")
-    if requests and tokens == 0:
-        raise ValueError(f"key: no tokens for {requests} requests")
+    if bool(tokens) != bool(requests) or requests and tokens % requests:  # no requests: no launch, tokens dropped
+        raise ValueError(f"slots: {tokens} tokens, not the same number (at least one) for each of seq_lens' "
+                         f"{requests} requests")
     check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
     VERIFY.check_index_values(locals(), checked)
     if requests:

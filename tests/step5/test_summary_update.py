@@ -360,7 +360,8 @@ def test_update_verify_refuses_tokens_of_no_request():
     args = dict(_decode_args(tokens=tokens, capacity=10), query_start_loc=torch.zeros(1, dtype=I32),
                 seq_lens=torch.zeros(0, dtype=I32))
     del args["positions"]
-    with pytest.raises(ValueError, match=f"^slots: {tokens} tokens, but seq_lens has no requests"):
+    with pytest.raises(ValueError, match=rf"^slots: {tokens} tokens, not the same number \(at least one\) for each of "
+                                         "seq_lens' 0 requests"):
         update_verify(**args)
     update_verify(**dict(args, **{name: args[name][:0] for name in ("key", "z", "slots", "ring_base")}))  # an empty step
 
