@@ -9,7 +9,7 @@ import torch
 
 from jitkern import LaunchSpec, argument, derived, dtype_of, kernel_launcher, launch_stride, public_call
 from jitkern.kernel.arguments import Arg, Arguments, Within
-from jitkern.kernel.validation import INDEX_DTYPES, check_int, runs_on_host
+from jitkern.kernel.validation import INDEX_DTYPES, check_int, check_values_in, runs_on_host
 from deepseek_v4.common import (INDEX, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE, RATIOS, WindowKernel, WindowKey, floats,
                                 ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.compressor import compress_windows_kernel
@@ -99,15 +99,12 @@ def _check_values_on_host(state_cache, block_table, positions, req_indices, comp
     closing = (positions + 1) % compress_ratio == 0
     if not bool(closing.any()):
         return
+    check_values_in("req_indices", req_indices, 0, block_table.shape[0], where=closing, note=" (block_table's requests)")
     requests = req_indices[closing].long()
-    if int(requests.min()) < 0 or int(requests.max()) >= block_table.shape[0]:
-        raise ValueError(f"req_indices: a closing token's request is outside [0, {block_table.shape[0]})")
     last_block = positions[closing].long() // block_size
     if int(last_block.max()) >= block_table.shape[1]:
-        raise ValueError(
-            f"block_table: {block_table.shape[1]} blocks of {block_size} are too short for position "
-            f"{int(positions[closing].max())}"
-        )
+        raise ValueError(f"block_table: {block_table.shape[1]} blocks of {block_size} are too short for position "
+                         f"{int(positions[closing].max())}")
     window = 2 * compress_ratio if RATIOS[compress_ratio].overlap else compress_ratio
     first_block = (positions[closing].long() - window + 1).clamp(min=0) // block_size
     columns = torch.arange(block_table.shape[1], device=block_table.device)
