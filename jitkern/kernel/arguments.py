@@ -7,11 +7,11 @@ int is an int (in its range). ``Arguments`` holds those declarations and ``check
 failure as a ``ValueError`` naming the argument, reading only shapes, strides, dtypes
 and devices. The index values a kernel addresses memory with (``Within``) are read only
 where kernels run on host memory (``runs_on_host``), never on a GPU (a device sync).
-What is particular to a function (a relation no shape states) stays written out after it::
+What is particular to a function (a relation no shape states) is its ``relations``::
 
     DECODE = Arguments(key=Arg("tokens 1 256", torch.bfloat16),
                        slots=Arg("tokens", INDEX_DTYPES, contiguous=True, values=Within(0, "kv_slots", padding=-1)),
-                       capacity=int, sizes=dict(tokens=range(2**30)))
+                       capacity=int, sizes=dict(tokens=range(2**30)), relations=check_ring)
 
     def update_decode(key, slots, capacity):
         tokens = DECODE.check(locals()).tokens
@@ -120,13 +120,18 @@ class Checked:
 class Arguments:
     """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
     argument, a ``range`` for an int within it; a dimension named as an int argument is that
-    argument's value. ``sizes`` bounds named sizes (``tokens=range(2**30)``)."""
+    argument's value. ``sizes`` bounds named sizes (``tokens=range(2**30)``). ``relations``:
+    what no shape states (rows a ring must hold for its capacity), a function of the call
+    and the ``Checked`` sizes raising ``ValueError``, run after the shapes and before the
+    index values, so that an error names the argument that is wrong."""
 
-    def __init__(self, *, sizes: Mapping[str, range] | None = None, **arguments: Arg | type) -> None:
+    def __init__(self, *, sizes: Mapping[str, range] | None = None,
+                 relations: Callable[[Mapping[str, Any], Checked], None] | None = None,
+                 **arguments: Arg | type) -> None:
         for name, declared in arguments.items():
             if not (isinstance(declared, (Arg, range)) or declared is int):
                 raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int or a range of ints")
-        self.arguments = arguments
+        self.arguments, self.relations = arguments, relations
         self.sizes = dict(sizes or {})
         self.valued = {name: declared.values for name, declared in arguments.items()
                        if isinstance(declared, Arg) and declared.values is not None}
@@ -174,12 +179,10 @@ class Arguments:
                                        for dim, size in enumerate(declared.shape)), dtype, varying=tuple(free))
         return found
 
-    def check(self, call: Mapping[str, Any], *, index_values: bool = True) -> Checked:
+    def check(self, call: Mapping[str, Any]) -> Checked:
         """Check the declared arguments among ``call`` (a call's ``locals()``), in their
-        declared order; the first failure is a ``ValueError`` naming its argument. Then the
-        index values (``Within``), unless ``index_values`` is False: a function whose own
-        checks relate sizes (rows a ring must hold) makes them first, then calls
-        ``check_index_values``, so an error names the argument that is wrong."""
+        declared order, then the ``relations``, then the index values (``Within``); the first
+        failure is a ``ValueError`` naming its argument."""
         sizes: dict[str, int] = {}
         bound_by: dict[str, str] = {}
         tensors: dict[str, torch.Tensor] = {}
@@ -196,17 +199,13 @@ class Arguments:
                 self._check_tensor(name, value, declared, tensors, sizes, bound_by)
                 tensors[name] = value
         checked = Checked(sizes, same_device(**tensors) if tensors else None)
-        if index_values:
-            self.check_index_values(call, checked)
-        return checked
-
-    def check_index_values(self, call: Mapping[str, Any], checked: Checked) -> None:
-        """Check each ``Within`` of ``call``'s index tensors, where kernels run on host memory
-        (``runs_on_host``); nothing is read elsewhere."""
+        if self.relations is not None:
+            self.relations(call, checked)
         given = [(name, call[name]) for name in self.valued if call[name] is not None]
-        if given and runs_on_host(given[0][1]):
+        if given and runs_on_host(given[0][1]):  # index values: read only where kernels run on host memory
             for name, values in given:
                 self.valued[name].check(name, values, call, checked, self.valued)
+        return checked
 
     def _check_tensor(self, name: str, tensor: Any, declared: Arg, tensors: dict[str, torch.Tensor],
                       sizes: dict[str, int], bound_by: dict[str, str]) -> None:

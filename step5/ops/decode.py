@@ -11,7 +11,7 @@ from jitkern import LaunchSpec, dtype_of, fixed, kernel_launcher, public_call
 from step5.ops.common import (NUM_WARPS, POSITION_DTYPES, RING_INDEX_DTYPES, SLOT_DTYPES, SummaryKernel, SummaryKey,
                               stride_kwargs)
 from step5.ops.kernels.decode import update_decode_kernel
-from step5.ops.validate import DECODE, check_ring
+from step5.ops.validate import DECODE
 
 
 class UpdateDecodeKernel(SummaryKernel):
@@ -40,8 +40,6 @@ def update_decode(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, posit
                   ring_base: torch.Tensor, mean: torch.Tensor, ring: torch.Tensor, capacity: int) -> None:
     """One token per request: a closing token summarizes its region (7 ring rows + its own);
     any other token stores its ``[key | z]`` row in the ring. Slot or base -1: skipped."""
-    checked = DECODE.check(locals(), index_values=False)
-    check_ring(ring, capacity, draft_tokens=0)
-    DECODE.check_index_values(locals(), checked)
+    DECODE.check(locals())
     if key.shape[0]:
         UpdateDecodeKernel()(key, z, slots, positions, ring_base, mean, ring, capacity)

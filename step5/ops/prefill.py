@@ -16,7 +16,7 @@ from step5.ops.common import (NUM_WARPS, OWNER_DTYPES, POSITION_DTYPES, PREFILL_
                               RING_INDEX_DTYPES, SLOT_DTYPES, Step5Kernel, SummaryKernel, SummaryKey,
                               prefill_metadata_geometry, stride_kwargs)
 from step5.ops.kernels.prefill import build_prefill_groups_kernel, prefill_summary_kernel, write_ring_kernel
-from step5.ops.validate import BUILD, UPDATE, check_prefill_values, check_ring
+from step5.ops.validate import BUILD, UPDATE, check_prefill_values
 
 _GROUP_BUILD_TOKENS = 256  # tokens per program of build_prefill_groups
 _GROUP_FILL_ROWS = 1024  # rows of the one program that writes -1 to every row itself
@@ -144,10 +144,7 @@ def update_prefill(key: torch.Tensor, z: torch.Tensor, metadata: torch.Tensor, p
     """Summarize the regions this step closes, then store open-region rows: every ring read
     of the step before its writes, in two launches or, for steps of
     ``prefill_fused.two_launches``, in one (spec, "Reads before writes"); the same bytes."""
-    checked = UPDATE.check(locals(), index_values=False)
-    tokens = checked.tokens
-    check_ring(ring, capacity, draft_tokens=0)
-    UPDATE.check_index_values(locals(), checked)
+    tokens = UPDATE.check(locals()).tokens
     n_groups, requests = prefill_metadata_geometry(tokens, metadata.shape[0])
     if runs_on_host(metadata):
         check_prefill_values(metadata, positions, mean, n_groups)

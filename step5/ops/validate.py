@@ -1,7 +1,6 @@
-"""The public Step5 functions' arguments (``Arguments``), and the checks no declaration
-states: the ring's rows for its capacity, and the prefill metadata's rows, read only where
-kernels run on host memory (``jitkern.kernel.validation.runs_on_host``).
-"""
+"""The public Step5 functions' arguments (``Arguments``) and their relations (the ring's rows
+for its capacity, verify's token counts), and the prefill metadata's rows, read only where
+kernels run on host memory (``jitkern.kernel.validation.runs_on_host``)."""
 
 from __future__ import annotations
 
@@ -36,24 +35,38 @@ METADATA = Arg("_ 3", torch.int32, contiguous=True)  # build_prefill_groups' row
 SIZES = dict(tokens=range(SIZE_LIMIT), requests=range(SIZE_LIMIT), regions=range(1, 2**31))
 CACHE = Arguments(mean=MEAN, sizes=SIZES)
 
-# Each public function's arguments.
-DECODE = Arguments(key=ROW, z=ROW, slots=SLOTS, positions=SLOT_POSITIONS, ring_base=RING_BASE, mean=MEAN, ring=RING,
-                   capacity=int, sizes=SIZES)
-VERIFY = Arguments(key=ROW, z=ROW, slots=SLOTS, query_start_loc=STARTS,
-                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True, values=Within(0)), ring_base=RING_BASE,
-                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES)
-BUILD = Arguments(slots=METADATA_SLOTS, positions=SLOT_POSITIONS, owners=INDEX, query_start_loc=STARTS,
-                  out=Arg("_ 3", torch.int32, contiguous=True, optional=True), sizes=SIZES)
-UPDATE = Arguments(key=ROW, z=ROW, metadata=METADATA, positions=POSITIONS, ring_base=RING_BASE, ring_slots=RING_SLOTS,
-                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES)
-
-
-def check_ring(ring, capacity: int, draft_tokens: int) -> None:
+def check_ring(call, checked, draft_tokens: int = 0) -> None:
     """``capacity >= 7 + draft_tokens`` rows per request, which ``ring`` holds."""
+    ring, capacity = call["ring"], call["capacity"]
     if capacity < 7 + draft_tokens:
         raise ValueError(f"capacity: {capacity} ring rows per request is less than 7 + {draft_tokens} (draft tokens)")
     if ring.shape[0] < capacity:
         raise ValueError(f"ring: {ring.shape[0]} rows cannot hold one request of capacity {capacity}")
+
+
+def check_verify_sizes(call, checked) -> None:
+    """``update_verify``'s step: the same ``q >= 1`` tokens for each request, a
+    ``query_start_loc`` entry more than ``seq_lens``, rings of ``7 + (q - 1)`` rows."""
+    tokens, requests = checked.tokens, checked.requests
+    if call["query_start_loc"].shape[0] != requests + 1:
+        raise ValueError(f"query_start_loc: expected {requests + 1} entries (seq_lens has {requests}), "
+                         f"got {call['query_start_loc'].shape[0]}")
+    if bool(tokens) != bool(requests) or requests and tokens % requests:  # no requests: no launch, tokens dropped
+        raise ValueError(f"slots: {tokens} tokens, not the same number (at least one) for each of seq_lens' "
+                         f"{requests} requests")
+    check_ring(call, checked, draft_tokens=tokens // requests - 1 if requests else 0)
+
+
+# Each public function's arguments.
+DECODE = Arguments(key=ROW, z=ROW, slots=SLOTS, positions=SLOT_POSITIONS, ring_base=RING_BASE, mean=MEAN, ring=RING,
+                   capacity=int, sizes=SIZES, relations=check_ring)
+VERIFY = Arguments(key=ROW, z=ROW, slots=SLOTS, query_start_loc=STARTS,
+                   seq_lens=Arg("requests", INDEX_DTYPES, contiguous=True, values=Within(0)), ring_base=RING_BASE,
+                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES, relations=check_verify_sizes)
+BUILD = Arguments(slots=METADATA_SLOTS, positions=SLOT_POSITIONS, owners=INDEX, query_start_loc=STARTS,
+                  out=Arg("_ 3", torch.int32, contiguous=True, optional=True), sizes=SIZES)
+UPDATE = Arguments(key=ROW, z=ROW, metadata=METADATA, positions=POSITIONS, ring_base=RING_BASE, ring_slots=RING_SLOTS,
+                   mean=MEAN, ring=RING, capacity=int, sizes=SIZES, relations=check_ring)
 
 
 # --- the prefill metadata's values, where kernels run on host memory (``runs_on_host``) -------

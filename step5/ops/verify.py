@@ -11,7 +11,7 @@ from jitkern import LaunchSpec, Tensor, computed, dtype_of, fixed, kernel_launch
 from step5.ops.common import (DRAFT_TOKENS, NUM_WARPS, QUERY_START_LOC_DTYPES, RING_INDEX_DTYPES, SEQ_LENS_DTYPES,
                               SLOT_DTYPES, SummaryKernel, SummaryKey, stride_kwargs)
 from step5.ops.kernels.verify import update_verify_kernel
-from step5.ops.validate import VERIFY, check_ring
+from step5.ops.validate import VERIFY
 
 
 class UpdateVerifyKernel(SummaryKernel):
@@ -51,15 +51,5 @@ def update_verify(key: torch.Tensor, z: torch.Tensor, slots: torch.Tensor, query
     """Speculative verify: ``q = tokens // requests`` tokens per request at positions
     ``seq_lens[r] - q .. seq_lens[r] - 1``. No host metadata, no sync, no allocation:
     capturable in a CUDA graph."""
-    checked = VERIFY.check(locals(), index_values=False)
-    tokens, requests = checked.tokens, checked.requests
-    if query_start_loc.shape[0] != requests + 1:
-        raise ValueError(f"query_start_loc: expected {requests + 1} entries (seq_lens has {requests}), "
-                         f"got {query_start_loc.shape[0]}")
-    if bool(tokens) != bool(requests) or requests and tokens % requests:  # no requests: no launch, tokens dropped
-        raise ValueError(f"slots: {tokens} tokens, not the same number (at least one) for each of seq_lens' "
-                         f"{requests} requests")
-    check_ring(ring, capacity, draft_tokens=tokens // requests - 1 if requests else 0)
-    VERIFY.check_index_values(locals(), checked)
-    if requests:
+    if VERIFY.check(locals()).requests:
         UpdateVerifyKernel()(key, z, slots, query_start_loc, seq_lens, ring_base, mean, ring, capacity)

@@ -153,6 +153,25 @@ def test_index_values_are_checked_against_their_declared_ranges_on_the_host():
         INDEXED.check(dict(good, starts=starts))
 
 
+def _table_holds_capacity(call, checked):
+    if checked.rows < call["capacity"]:
+        raise ValueError(f"table: {checked.rows} rows cannot hold capacity {call['capacity']}")
+
+
+@HOST_ONLY
+def test_relations_run_after_the_shapes_and_before_the_index_values():
+    """A relation no shape states blames the argument it is about, not an index whose
+    bound (rows - capacity + 1) the relation's failure made empty."""
+    related = Arguments(**INDEXED.arguments, sizes=INDEXED.sizes, relations=_table_holds_capacity)
+    n, rows = random.randint(2, 20), random.randint(8, 40)
+    good = _indexed(n, rows, capacity=1)
+    assert related.check(good).rows == rows
+    with pytest.raises(ValueError, match=f"^table: {rows} rows cannot hold capacity {rows + 1}$"):
+        related.check(dict(good, capacity=rows + 1))  # every base is out of range too
+    with pytest.raises(ValueError, match="^table: expected float32"):
+        related.check(dict(good, table=torch.zeros(rows, 4).half(), capacity=rows + 1))  # shapes first
+
+
 @HOST_ONLY
 def test_index_values_are_not_read_where_kernels_do_not_run_on_host_memory(monkeypatch):
     """Compiled kernels (no interpreter): reading a GPU tensor's values would synchronise."""
