@@ -68,12 +68,9 @@ def _step_tokens(name: str, index, ring) -> int:
 
 
 class Step5SparseSummaryCache:
-    """FP8 summaries of each block's closed eight-token regions.
-
-    ``mean`` is ``[blocks, block_size // 8, 256]`` uint8; blocks may be strided. A region
-    is summarized once, by its eighth row, from the rows waiting in a
-    ``Step5CSATailRing``; this cache holds no per-request state.
-    """
+    """FP8 summaries of each block's closed eight-token regions in ``mean`` (uint8 ``[blocks,
+    block_size // 8, 256]``, blocks may be strided): a region's once, by its eighth row, from
+    the rows waiting in a ``Step5CSATailRing``; the cache holds no per-request state."""
 
     def __init__(self, mean: torch.Tensor):
         summary_update.summary_geometry(mean)  # validates

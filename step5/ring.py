@@ -25,15 +25,10 @@ class RingFullError(RuntimeError):
 
 @dataclass(frozen=True)
 class Step5RingMetadata:
-    """Per token of the prepared step (slice ``[:tokens]``).
+    """Per token of the prepared step (slice ``[:tokens]``)."""
 
-    ``base``: first ring row of the token's request, -1 without a ring (or padding).
-    ``slot_mapping``: the ring row where the prefill path stores the token's row because
-    its region is still open at the end of the step; -1 otherwise.
-    """
-
-    base: torch.Tensor
-    slot_mapping: torch.Tensor
+    base: torch.Tensor  # the first ring row of the token's request; -1 without a ring, or padding
+    slot_mapping: torch.Tensor  # where prefill stores the token's row, its region open at the step's end; else -1
 
 
 def default_capacity(draft_tokens: int) -> int:
@@ -154,9 +149,7 @@ class Step5CSATailRing:
             raise ValueError(f"request_ids: request {missing.args[0]!r} has no ring rows") from None
         except TypeError:
             raise ValueError("request_ids: expected hashable ids (None: a request without a ring)") from None
-        query_lens_t = torch.tensor(query_lens, dtype=torch.int64)
-        bases = torch.tensor(bases, dtype=torch.int64)
-        firsts = torch.tensor(first_positions, dtype=torch.int64)
+        query_lens_t, bases, firsts = (torch.tensor(values, dtype=torch.int64) for values in (query_lens, bases, first_positions))
         owners = torch.repeat_interleave(torch.arange(len(query_lens)), query_lens_t)
         starts = torch.cumsum(query_lens_t, 0) - query_lens_t
         positions = firsts[owners] + torch.arange(real_tokens) - starts[owners]

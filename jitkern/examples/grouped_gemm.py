@@ -1,18 +1,9 @@
-"""A fused-MoE grouped GEMM: each token's rows times the weights of the experts it is routed to.
-
-``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]`` (the weight only when
-given), accumulated in float32, for activations ``a [M, K]`` and expert weights
-``b [E, N, K]``. The module keeps four things apart:
-
-- the ``@triton.jit`` body: one program per tile of ``BLOCK_M`` sorted (token, slot) pairs
-  by ``BLOCK_N`` columns, all pairs of a tile routed to one expert;
-- the host-side sorting (``sort_by_expert``): torch work that groups the pairs by expert
-  and pads each group to a multiple of ``BLOCK_M``, with no sync and no Python loop;
-- the kernel class (``GroupedGemmKernel``) and its tuning space (tiles per batch bucket);
-- the public function ``grouped_gemm``, which validates and launches.
-
-The reference, written from the formula above, is ``jitkern.examples.reference``.
-"""
+"""A fused-MoE grouped GEMM: ``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]``
+(the weight only when given), accumulated in float32. Apart, in order: the ``@triton.jit``
+body (a program per tile of ``BLOCK_M`` pairs of one expert by ``BLOCK_N`` columns), the
+tiles tuned per batch bucket, the host-side sorting (pairs grouped by expert, each group
+padded to ``BLOCK_M``: no sync, no Python loop), the kernel class, the public function.
+The reference, written from the formula: ``jitkern.examples.reference``."""
 
 from __future__ import annotations
 
@@ -219,17 +210,9 @@ def _capacity(key: Any) -> int:
 def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
                  out: torch.Tensor | None = None) -> torch.Tensor:
     """``c [M, top_k, N]``: ``c[m, j] = a[m] @ b[topk_ids[m, j]].T``, times ``topk_weights[m, j]``
-    when given, accumulated in float32.
-
-    ``a``: float16 or bfloat16 ``[M, K]``, rows dense (any row stride); ``b``: ``[E, N, K]`` of
-    a's dtype, K dense; ``topk_ids``: int32 or int64 ``[M, top_k]``, values in ``[0, E)`` (checked
-    where kernels run on the host only: on a GPU it would sync); ``topk_weights``: float32 ``[M, top_k]``, dense;
-    ``out``: a dense ``[M, top_k, N]`` tensor of a's dtype to write. Strides below 2**31.
-
-    The host-side sorting is torch work whose three results the launch takes; a
-    ``torch_step`` returns one tensor, so ``public_call`` does not plan this function and
-    every call runs in full.
-    """
+    when given, accumulated in float32; the arguments as ``ARGUMENTS`` declares them. Every
+    call runs in full: the sorting's three results are torch work no ``torch_step`` (one
+    tensor each) returns, so ``public_call`` plans none."""
     checked = ARGUMENTS.check(locals())
     tokens, top_k, n = checked.M, checked.top_k, checked.N
     if padded_capacity(tokens * top_k, checked.E, LARGEST_BLOCK_M) >= 2**31:
