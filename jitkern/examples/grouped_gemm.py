@@ -1,9 +1,18 @@
-"""A fused-MoE grouped GEMM: ``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]``
-(the weight only when given), accumulated in float32. Apart, in order: the ``@triton.jit``
-body (a program per tile of ``BLOCK_M`` pairs of one expert by ``BLOCK_N`` columns), the
-tiles tuned per batch bucket, the host-side sorting (pairs grouped by expert, each group
-padded to ``BLOCK_M``: no sync, no Python loop), the kernel class, the public function.
-The reference, written from the formula: ``jitkern.examples.reference``."""
+"""A fused-MoE grouped GEMM: each token's rows times the weights of the experts it is routed to.
+
+``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]`` (the weight only when
+given), accumulated in float32, for activations ``a [M, K]`` and expert weights
+``b [E, N, K]``. The module keeps four things apart:
+
+- the ``@triton.jit`` body: one program per tile of ``BLOCK_M`` sorted (token, slot) pairs
+  by ``BLOCK_N`` columns, all pairs of a tile routed to one expert;
+- the host-side sorting (``sort_by_expert``): torch work that groups the pairs by expert
+  and pads each group to a multiple of ``BLOCK_M``, with no sync and no Python loop;
+- the kernel class (``GroupedGemmKernel``) and its tuning space (tiles per batch bucket);
+- the public function ``grouped_gemm``, which validates and launches.
+
+The reference, written from the formula above, is ``jitkern.examples.reference``.
+"""
 
 from __future__ import annotations
 
