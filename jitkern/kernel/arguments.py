@@ -31,8 +31,8 @@ from jitkern.kernel.validation import (check_int, check_strides_below_i32, check
                                        runs_on_host, same_device)
 
 ANY = "_"  # a dimension of any size, or a stride of any value
-STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 MOVES = "+"  # a stride of any value but 0: each index its own element (not an expanded tensor)
+STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 
 
 def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:

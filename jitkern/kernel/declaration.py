@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from jitkern.kernel.arguments import Arg
+from jitkern.kernel.arguments import Arg, Arguments
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor, Warm
 from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.direct import parameters_source
@@ -271,7 +271,7 @@ class Declaration:
                     constants[target] = getattr(key, name)
         return constants
 
-    def _usual_stand_ins(self, arguments: Any) -> dict[str, Tensor]:
+    def _usual_stand_ins(self, arguments: Arguments) -> dict[str, Tensor]:
         """The stand-ins of the tensors ``__call__`` shares with the public function's
         ``Arguments``: a size they name is the key field's that reads it (a dimension of one
         of them, or an int argument), the dtype the ``dtype_of`` field's."""
