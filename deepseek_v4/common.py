@@ -7,7 +7,7 @@ the tensor arguments, and what the compressor and the fused decode step declare 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -75,6 +75,15 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
 def floats(shape: str, written: bool = False) -> Arg:
     """A float32 tensor argument whose last dimension is dense (the rows may be strided)."""
     return Arg(shape, FLOAT_DTYPE, strides=["_"] * (len(shape.split()) - 1) + [1], written=written)
+
+
+def projection_views(width: Callable[[Any], int]) -> dict[str, Tensor]:
+    """The store's usual ``kv`` and ``score``: views of one ``[tokens, 2W]`` projection, score
+    at column W (16-byte aligned only where 4W bytes are); ``ape`` ``[compress_ratio, W]``."""
+    return dict(kv=Tensor((1, width), "dtype", strides=(lambda key: 2 * width(key), 1)),
+                score=Tensor((1, width), "dtype", strides=(lambda key: 2 * width(key), 1),
+                             aligned=lambda key: 4 * width(key) % 16 == 0),
+                ape=Tensor(("compress_ratio", width), "dtype", varying=()))
 
 
 INDEX = Arg("tokens", INDEX_DTYPES, contiguous=True)  # positions, slot_mapping, req_indices

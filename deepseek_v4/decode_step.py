@@ -9,8 +9,8 @@ import torch
 
 from jitkern import LaunchSpec, Tensor, argument, cdiv, derived, dtype_of, kernel_launcher, launch_stride, public_call
 from jitkern.kernel.validation import runs_on_host
-from deepseek_v4.common import (INDEX_DTYPE_NAMES, LAUNCH_PDL, RATIOS, WindowKernel, WindowKey, key_width, ratio_geometry,
-                                resolve_pdl)
+from deepseek_v4.common import (INDEX_DTYPE_NAMES, LAUNCH_PDL, RATIOS, WindowKernel, WindowKey, key_width,
+                                projection_views, ratio_geometry, resolve_pdl)
 from deepseek_v4.compressor import check_compress_windows
 from deepseek_v4.kernels.decode_step import decode_step_kernel
 from deepseek_v4.save_partial_states import check_save_partial_states
@@ -21,11 +21,7 @@ class DecodeStepKernel(WindowKernel):
     name = "deepseek_v4.decode_step"
     compile_cost = 0.3  # seconds a key on our CPU machine (0.31 measured, 2 workers)
     kernel = decode_step_kernel
-    stand_ins = dict(  # the compressor's usual layouts, and the store's (kv and score views of one projection)
-        **WindowKernel.stand_ins, kv=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1)),
-        score=Tensor((1, key_width), "dtype", strides=(lambda key: 2 * key_width(key), 1),
-                     aligned=lambda key: 4 * key_width(key) % 16 == 0),
-        ape=Tensor(("compress_ratio", key_width), "dtype", varying=()), slot_mapping=Tensor((1,)))
+    stand_ins = dict(**WindowKernel.stand_ins, **projection_views(key_width), slot_mapping=Tensor((1,)))  # both halves'
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey(WindowKey):

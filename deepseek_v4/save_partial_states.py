@@ -13,7 +13,7 @@ from jitkern import (LaunchSpec, Tensor, TritonJitKernel, argument, derived, dty
 from jitkern.kernel.arguments import Arg, Arguments, Within
 from jitkern.kernel.validation import INDEX_DTYPES, use_gdc
 from deepseek_v4.common import (BLOCK_SIZE, COMPRESS_RATIO, FLOAT_DTYPE, INDEX_DTYPE_NAMES, LAUNCH_PDL, POSITIVE,
-                                STATE_WIDTH, floats, ratio_geometry, resolve_pdl)
+                                STATE_WIDTH, floats, projection_views, ratio_geometry, resolve_pdl)
 from deepseek_v4.kernels.save_partial_states import save_partial_states_kernel
 from deepseek_v4.tiling import store_grid, store_tiling
 
@@ -21,13 +21,8 @@ from deepseek_v4.tiling import store_grid, store_tiling
 class SavePartialStatesKernel(TritonJitKernel):
     name = "deepseek_v4.save_partial_states"
     kernel = save_partial_states_kernel
-    stand_ins = dict(  # kv and score views of one [tokens, 2H] projection (score at column H), a dense cache
-        kv=Tensor((1, "head_size"), strides=(lambda key: 2 * key.head_size, 1)),
-        score=Tensor((1, "head_size"), "dtype", strides=(lambda key: 2 * key.head_size, 1),
-                     aligned=lambda key: 4 * key.head_size % 16 == 0),
-        ape=Tensor(("compress_ratio", "head_size"), "dtype", varying=()), positions=Tensor((1,)),
-        state_cache=Tensor((1, "block_size", lambda key: key.state_width + key.head_size), "dtype"),
-        slot_mapping=Tensor((1,)))
+    stand_ins = dict(**projection_views(lambda key: key.head_size), positions=Tensor((1,)), slot_mapping=Tensor((1,)),
+                     state_cache=Tensor((1, "block_size", lambda key: key.state_width + key.head_size), "dtype"))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:
