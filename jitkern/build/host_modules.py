@@ -167,7 +167,12 @@ def stub_libcuda() -> _Stub | None:
     with open(source, "w") as file:
         file.write("void jitkern_libcuda_stand_in(void) {}\n")
     library = os.path.join(folder, "libcuda.so.1")
-    subprocess.run([real_compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source], check=True)
+    # Its output in a pipe, not the terminal: a warmup interrupted here removes the folder
+    # at exit while the compiler may still run, which should not print into the user's shell.
+    built = subprocess.run([real_compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", library, source],
+                           capture_output=True, text=True)
+    if built.returncode:
+        raise RuntimeError(f"{real_compiler} could not build the stub libcuda.so.1: {built.stderr.strip()}")
     previous = os.environ.get("TRITON_LIBCUDA_PATH")
     triton.knobs.nvidia.libcuda_path = folder
     # Setting the knob also exports TRITON_LIBCUDA_PATH; a child process (a warmup run

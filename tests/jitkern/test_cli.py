@@ -205,8 +205,9 @@ def test_an_interrupted_warmup_says_so_in_one_line(tmp_path):
         time.sleep(0.05)
     run.send_signal(signal.SIGINT)
     _, stderr = run.communicate(timeout=60)
-    # A host module's C compiler, killed with the warmup, may say so after it.
-    ours = [line for line in stderr.splitlines() if line != "compilation terminated."]
+    # A host module's C compiler (Triton's), left running when the warmup exits, may say so
+    # after it, its source folder gone: those lines are the compiler's, not the warmup's.
+    ours = [line for line in stderr.splitlines() if not line.startswith(("cc1", "compilation terminated"))]
     assert run.returncode == 130 and ours[-1] == "interrupted: run it again to compile what is left", stderr
     assert "Traceback" not in stderr, stderr
 
