@@ -65,7 +65,7 @@ def resolve_pdl(pdl_kwargs: dict | None, device: torch.device) -> bool:
     passes along (``{"launch_pdl": True}`` or empty). Where the GPU has no PDL
     (``device_has_pdl``: older GPUs, AMD, the CPU interpreter) the request is dropped rather
     than failing, so one engine config runs everywhere."""
-    launch_pdl = pdl_kwargs.get("launch_pdl", False) if isinstance(pdl_kwargs, dict) else pdl_kwargs
+    launch_pdl = pdl_kwargs.get("launch_pdl", False) if isinstance(pdl_kwargs, dict) else None
     if pdl_kwargs is not None and (not isinstance(pdl_kwargs, dict) or set(pdl_kwargs) - {"launch_pdl"}
                                    or not isinstance(launch_pdl, bool)):  # bool("no") is True: it would ask for PDL
         raise ValueError(f"pdl_kwargs: expected {{'launch_pdl': True or False}}, or None, got {pdl_kwargs!r}")

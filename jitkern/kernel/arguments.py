@@ -26,13 +26,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from jitkern.kernel.declare import DeclarationError, Tensor
+from jitkern.kernel.declare import STAND_IN_SIZE, DeclarationError, Tensor
 from jitkern.kernel.validation import (check_int, check_strides_below_i32, check_values_in, dtype_name, first_outside,
                                        runs_on_host, same_device)
 
 ANY = "_"  # a dimension of any size, or a stride of any value
 MOVES = "+"  # a stride of any value but 0: each index its own element (not an expanded tensor)
-STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 
 
 def _words(spec: str | Iterable[Any]) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from jitkern.layouts.kernel_layouts import DeclarationError  # noqa: F401 - the author API raises it
 
 METADATA = "jitkern"  # the key in a dataclass field's metadata holding its declaration
+STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "enable_fp_fusion",
                             "launch_cooperative_grid", "waves_per_eu", "matrix_instr_nonkdim", "kpack"})
 
@@ -169,7 +170,7 @@ class Tensor:
     key (a view of one projection: its row stride twice its width); a
     ``dtype_of``/``size_of`` field of the tensor gives its own."""
 
-    shape: tuple = (16,)
+    shape: tuple = (STAND_IN_SIZE,)
     dtype: Any = None  # a torch.dtype, or the name of a key field holding a dtype's name
     strides: tuple | None = None
     varying: tuple = (0,)
