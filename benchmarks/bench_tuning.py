@@ -93,8 +93,8 @@ def jitkern_call(manifest: str, smoke: bool):
 def triton_call(smoke: bool):
     """The same kernel under ``triton.autotune`` over the same configs (see the module docstring)."""
     from jitkern import cdiv
-    from jitkern.examples.grouped_gemm import TILES, padded_capacity, sort_by_expert
-    import jitkern.examples.grouped_gemm as example
+    from jitkern.examples.grouped_gemm import TILES
+    from jitkern.examples.kernels.grouped_gemm import grouped_gemm_kernel, padded_capacity, sort_by_expert
 
     routing: dict = {}
 
@@ -109,8 +109,7 @@ def triton_call(smoke: bool):
                              num_warps=tile["num_warps"], num_stages=tile["num_stages"], pre_hook=sort_for_config)
                for tile in TILES]
     smoke_bench = (lambda kernel_call, quantiles: (kernel_call(), [1.0, 1.0, 1.0])[1]) if smoke else None
-    autotuned = triton.autotune(configs, key=["num_pairs", "N", "K"], do_bench=smoke_bench)(
-        example._grouped_gemm_kernel)
+    autotuned = triton.autotune(configs, key=["num_pairs", "N", "K"], do_bench=smoke_bench)(grouped_gemm_kernel)
     largest = max(tile["block_size_m"] for tile in TILES)
     smallest = min(tile["block_size_m"] for tile in TILES)
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from jitkern.examples import reference
-from jitkern.examples.grouped_gemm import (LARGEST_BLOCK_M, GroupedGemmKernel, grouped_gemm, padded_capacity,
-                                           sort_by_expert)
+from jitkern.examples.grouped_gemm import LARGEST_BLOCK_M, GroupedGemmKernel, grouped_gemm
+from jitkern.examples.kernels.grouped_gemm import padded_capacity, sort_by_expert
 from jitkern.manifest import load_manifest, manifest_keys
 from jitkern.testing import assert_no_compile, check_coverage, missing_from, record_launches
 
