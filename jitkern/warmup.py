@@ -33,7 +33,7 @@ from jitkern import settings
 from jitkern.build.check import NoLock, checking_every_file, run_check, run_remote_check
 from jitkern.build.compile import default_jobs, run_compile, tasks_of
 from jitkern.build.probe import build_lock
-from jitkern.build.report import binary_list, format_notes, format_table, report, summarise
+from jitkern.build.report import binary_list, format_notes, format_table, keys_of, report, summarise
 from jitkern.cache.identity import cache_directory, compiler_identity, record_identity
 from jitkern.cache.lock import Lock, LockError
 from jitkern.cache.remote import RedisStore, RemoteUnavailable
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(checked.unusable)} of {checked.total} keys cannot be used from the cache:")
             print("\n".join(f"  {line}" for line in checked.unusable))
             return 1
-        print(f"all {checked.total} keys in the cache, whole")
+        print(f"all {keys_of(checked.total)} in the cache, whole")
         return 0 if damaged_lock is None else 1
     if store is not None and not _reachable(store):
         return 1
@@ -224,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     damaged_lock = unreadable_lock(cache_directory())
     locked = build_lock(tasks_of(deployment))
-    path, lock_digest = write_lock(cache_directory(), locked.lock)
+    path, lock_digest, held = write_lock(cache_directory(), locked.lock)
     if damaged_lock is not None:
         print(f"replaced the cache's unreadable lock ({damaged_lock}): it locks this run's keys only",
               file=sys.stderr)
-    print(f"lock {path} (sha256 {lock_digest}): {len(locked.lock.keys)} keys")
+    run = len(locked.lock.keys)
+    print(f"lock {path} (sha256 {lock_digest}): {keys_of(run)}" + (f" of this run, {held} in all" if held != run else ""))
     if settings.current().lock_key:
         signed = keep_signed_records(cache_directory(), locked, settings.current().lock_key)
         print(f"signed with JITKERN_LOCK_KEY: {signed} entries' records written beside them")
@@ -282,7 +283,7 @@ def _check_remote(deployment: Deployment, store: RedisStore) -> int:
         print(f"{len(checked.problems)} of {checked.total} keys cannot be used from {store.url}:")
         print("\n".join(f"  {line}" for line in checked.problems))
         return 1
-    print(f"all {checked.total} keys in {store.url}, whole and matching the lock {checked.lock_source} "
+    print(f"all {keys_of(checked.total)} in {store.url}, whole and matching the lock {checked.lock_source} "
           f"(sha256 {checked.lock_digest})")
     return 0
 
@@ -322,7 +323,7 @@ def _pack(argv: list[str]) -> int:
     except (OSError, PackError) as error:
         print(f"error: {error}; no wheel was written", file=sys.stderr)
         return 1
-    print(f"{path}: {len(locked.lock.keys)} keys, {os.path.getsize(path) / 1e6:.2f} MB")
+    print(f"{path}: {keys_of(len(locked.lock.keys))}, {os.path.getsize(path) / 1e6:.2f} MB")
     return 0
 
 

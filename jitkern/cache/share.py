@@ -47,9 +47,9 @@ def keep_signed_records(cache_dir: str, locked: LockResult, hmac_key: str) -> in
     return written
 
 
-def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:
+def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str, int]:
     """Merge ``lock`` into the cache's lock (atomically, safe when warmups run at once);
-    returns its path and sha256."""
+    returns its path, its sha256 and how many keys it now holds (earlier runs' too)."""
     path = os.path.join(cache_dir, LOCK_FILE)
     with open(path + ".lock", "a") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
@@ -59,7 +59,7 @@ def write_lock(cache_dir: str, lock: Lock) -> tuple[str, str]:
             pass  # no lock yet, or a damaged one: this warmup's lock replaces it
         data = Lock(dict(sorted(lock.keys.items())), dict(sorted(lock.entries.items()))).to_bytes()
         write_atomically(path, data)
-    return path, digest(data)
+    return path, digest(data), len(lock.keys)
 
 
 def unreadable_lock(cache_dir: str) -> str | None:

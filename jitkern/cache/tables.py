@@ -89,5 +89,5 @@ def store_table(folder: str, name: str, data: bytes, hmac_key: str = "") -> tupl
     lock = Lock({name: [folder]}, {folder: {TABLE_FILE: digest(data)}})
     if hmac_key:
         keep_signed_records(read_roots()[0], LockResult(lock, [], {folder: {TABLE_FILE: path}}), hmac_key)
-    _lock_path, lock_digest = write_lock(read_roots()[0], lock)
+    _lock_path, lock_digest, _held = write_lock(read_roots()[0], lock)
     return path, lock_digest

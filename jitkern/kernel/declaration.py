@@ -58,12 +58,12 @@ class Declaration:
                 forget=lambda: (self.make.cache_clear(), getattr(cls.dispatch, "cache_clear", tuple)(), forget_plans()))
         except TuningError as error:  # a candidate or default that cannot work, found where it is declared
             raise DeclarationError(str(error)) from None
-        arguments = getattr(cls, "arguments", None)
-        self.usual = {} if arguments is None else self._usual_stand_ins(arguments)
+        self.usual: dict[str, Tensor] = {}  # the stand-ins the public function's Arguments give (check)
 
     def check(self, cls: type, writes_warmup_keys: bool) -> None:
         """Every name a field or tensor declares exists, every constant is the kernel's, and
-        every field has warm values unless the kernel writes its own ``get_warmup_keys``."""
+        every field has warm values unless the kernel writes its own ``get_warmup_keys``; then
+        the usual stand-ins are derived (from names known to exist)."""
         arguments = {parameter.name for parameter in self.parameters}
         constexprs = set(inspect.signature(cls.kernel.fn).parameters) - {p.name for p in runtime_params(cls.kernel)}
         for name, field in self.fields.items():
@@ -102,6 +102,8 @@ class Declaration:
             for item in (spec.dtype, *spec.shape) if isinstance(spec, Tensor) else ():  # names, not functions
                 if isinstance(item, str) and item not in self.fields:
                     raise DeclarationError(f"{self.name}.stand_ins[{name!r}]: {item!r} is not a field of CompileKey")
+        if getattr(cls, "arguments", None) is not None:
+            self.usual = self._usual_stand_ins(cls.arguments)
 
     # --- dispatch ------------------------------------------------------------------------
 

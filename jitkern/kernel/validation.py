@@ -102,13 +102,17 @@ def runs_on_host(tensor: torch.Tensor) -> bool:
 
 def device_has_pdl(device: torch.device) -> bool:
     """Whether launches on ``device`` may use programmatic dependent launch (PDL): an NVIDIA
-    GPU of sm_90 or newer. A public function asks it to choose its key's ``launch_pdl``.
+    GPU of sm_90 or newer. A public function asks it to choose its key's ``launch_pdl``. CPU
+    tensors have it as the target compiled for does (``dry_run_gpu("cuda:90")``: they stand for
+    an H200's; the interpreter and a machine with no target: none).
 
     The key's binary asks the same of the target it is compiled for (``use_gdc``,
     ``Target.pdl``: NVIDIA sm_90 and newer), and the two agree: the binary a launch on a
     device takes is the one compiled for that device's target. Where the target denies PDL
     anyway (``JITKERN_PORTABLE_PATHS=1``), the key asking for it builds the plain kernel and
     jitkern launches it without PDL (``jitkern.targets.fit_launch_options``)."""
+    if device.type == "cpu":  # a dry run or a compile-only test: as on the GPU of the target compiled for
+        return targets.current().pdl
     if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
         return False
     return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9

@@ -149,10 +149,11 @@ def _resolve(path: Path, index: int, entry: KernelEntry, shared: LayoutDomainSch
         keys = [_explicit_key(path, index, position, kernel, values, large_storage)
                 for position, values in enumerate(entry.keys)]
         return ResolvedEntry(index, kernel, None, tuple(keys))
+    model = config_model(type(kernel))
     try:
-        config = config_model(type(kernel)).model_validate(entry.config).model_dump()
+        config = model.model_validate(entry.config).model_dump()
     except pydantic.ValidationError as error:
-        raise ManifestError(describe_errors(path, error, prefix=("kernels", index, "config"))) from None
+        raise ManifestError(describe_errors(path, error, ("kernels", index, "config"), model.model_fields)) from None
     if _combinations(config) > budget:
         raise ManifestError(
             f"{where}.config: the manifest's configs pass {MAX_COMBINATIONS} combinations of list values "

@@ -163,12 +163,19 @@ def _evaluate(annotation: Any, function) -> Any:
     return annotation
 
 
-def describe_errors(path: Path, error: pydantic.ValidationError, prefix: tuple) -> str:
-    """One line a problem, the first ``MAX_PROBLEMS`` of them (a long list can fail at every item)."""
+def describe_errors(path: Path, error: pydantic.ValidationError, prefix: tuple, fields: Any = None) -> str:
+    """One line a problem, the first ``MAX_PROBLEMS`` of them (a long list can fail at every item),
+    with the value given; ``fields``: the names the model at ``prefix`` takes, for an unknown one."""
     problems = error.errors()
     lines = [f"{path}: invalid manifest"]
     for problem in problems[:MAX_PROBLEMS]:
-        lines.append(f"  {location(prefix + tuple(problem['loc']))}: {problem['msg']}")
+        message = problem["msg"].removeprefix("Value error, ")  # our validators' messages name the value
+        if problem["type"] == "extra_forbidden":
+            message += f" (it takes {', '.join(fields)})" if fields is not None and len(problem["loc"]) == 1 else ""
+        elif problem["type"] not in ("missing", "value_error") and "input" in problem:
+            given = repr(problem["input"])
+            message += f", got {given if len(given) <= 60 else given[:57] + '...'}"
+        lines.append(f"  {location(prefix + tuple(problem['loc']))}: {message}")
     if len(problems) > MAX_PROBLEMS:
         lines.append(f"  ... and {len(problems) - MAX_PROBLEMS} more")
     return "\n".join(lines)

@@ -14,7 +14,7 @@ from triton.backends.compiler import GPUTarget
 from triton.backends.driver import DriverBase
 from triton.runtime import driver
 
-from jitkern.targets.names import target_name
+from jitkern.targets.names import parse_target, target_name
 
 
 class CompileOnlyDriver(DriverBase):
@@ -53,10 +53,11 @@ class CompileOnlyDriver(DriverBase):
 
 
 @contextlib.contextmanager
-def compile_only(target: GPUTarget):
-    """Within the block, Triton compiles for ``target`` whatever this machine has."""
+def compile_only(target: GPUTarget | str):
+    """Within the block, Triton compiles for ``target`` (``"cuda:90"`` or a ``GPUTarget``)
+    whatever this machine has."""
     previous = driver._active
-    driver.set_active(CompileOnlyDriver(target))
+    driver.set_active(CompileOnlyDriver(parse_target(target) if isinstance(target, str) else target))
     try:
         yield
     finally:
@@ -69,8 +70,6 @@ def local_target() -> GPUTarget | None:
         return driver.active.get_current_target()
     except Exception:  # no GPU driver: Triton raises RuntimeError or an import error
         return None
-
-
 
 
 def gpu_name() -> str | None:

@@ -7,6 +7,8 @@
   with the keys a manifest enumerates.
 - ``uncovered_by_warmup()`` checks the same at Triton's level: the binary a real launch
   would look up is one warmup built.
+- ``check_launcher()`` runs a kernel's launcher on real CPU tensors and fails one that
+  does torch work, reads device memory or calls Triton's ``cdiv`` (``jitkern.testing.launchers``).
 - ``check_coverage()`` draws launches from a deployment's layout domain (hypothesis) and
   checks each the same way (``jitkern.testing.coverage``).
 - ``DryRunDriver``: Triton's whole launch path on a machine with no GPU, launching
@@ -34,12 +36,13 @@ from jitkern.layouts import specialisation
 from jitkern.layouts.binary_key import BinaryKey
 from jitkern.testing.coverage import check_coverage, warmed_lookup_key
 from jitkern.testing.dry_run import DryRunDriver, dry_run_gpu
+from jitkern.testing.launchers import LauncherRuleBroken, check_launcher
 from jitkern.testing.ops import OPCHECK_TESTS, check_op, op_call
 from jitkern.testing.interpreter import quick_interpreter
 
-__all__ = ["OPCHECK_TESTS", "DryRunDriver", "UnexpectedCompile", "assert_no_compile", "check_coverage", "check_op",
-           "dry_run_gpu", "missing_from", "op_call", "quick_interpreter", "record_launches", "triton_lookup_key",
-           "uncovered_by_warmup", "warmed_lookup_key"]
+__all__ = ["OPCHECK_TESTS", "DryRunDriver", "LauncherRuleBroken", "UnexpectedCompile", "assert_no_compile",
+           "check_coverage", "check_launcher", "check_op", "dry_run_gpu", "missing_from", "op_call", "quick_interpreter",
+           "record_launches", "triton_lookup_key", "uncovered_by_warmup", "warmed_lookup_key"]
 
 
 class UnexpectedCompile(AssertionError):

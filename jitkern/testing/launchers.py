@@ -46,17 +46,19 @@ def check_launcher(kernel: Any, keys: list[Any] | None = None, **config: Any) ->
     """Run ``kernel``'s launcher for each of ``keys`` (by default the keys of ``config``:
     ``get_warmup_keys(**config)``) on real CPU tensors of its stand-ins; raise
     ``LauncherRuleBroken`` at the first torch op, device read or host call of a Triton
-    ``constexpr_function``. Returns how many keys were checked."""
-    keys = list(keys) if keys is not None else kernel.get_warmup_keys(**config)
-    for key in keys:
+    ``constexpr_function``. Returns how many keys were checked (stand-ins too large to
+    allocate are left out)."""
+    checked = 0
+    for key in keys if keys is not None else kernel.get_warmup_keys(**config):
         inputs = real_inputs(kernel.warmup_inputs(key), torch.device("cpu"))
         if inputs is None:
-            continue  # stand-ins too large to allocate: nothing to run them on
+            continue
         broken = _broken_rules(kernel, key, inputs)
         if broken:
             raise LauncherRuleBroken(f"{kernel.name}[{key_name(key)}]: __call__ {broken}; a launcher only reads its "
                                      "arguments' metadata and builds a LaunchSpec (jitkern.testing.launchers)")
-    return len(keys)
+        checked += 1
+    return checked
 
 
 def _broken_rules(kernel: Any, key: Any, inputs: dict[str, Any]) -> str:

@@ -186,3 +186,20 @@ def test_a_one_token_step_takes_the_warmed_binary_whatever_its_row_strides(head_
     with compile_only(parse_target("cuda:90")):
         assert testing.uncovered_by_warmup(launches, warmed) == []
     assert [spec.kwargs["kv_row_stride"] for _kernel, spec in launches] == [2 * width] * 6
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("target, pdl", [("cuda:90", True), ("cuda:80", False)])
+def test_a_dry_run_on_the_cpu_launches_the_pdl_keys_the_target_would(target, pdl):
+    """An engine passing ``{"launch_pdl": True}`` launches PDL keys on an H200 and plain ones
+    on an A100: CPU tensors in a dry run for either choose as that GPU would, so a serving
+    test on the CPU checks the keys serving launches there."""
+    import torch
+
+    from deepseek_v4 import save_partial_states
+    from jitkern.testing import dry_run_gpu, record_launches
+
+    store, _ = _deployment_calls(128, 4, torch.int32, table_width=4, tokens=3)
+    with dry_run_gpu(target), record_launches(dry_run=True) as launches:
+        save_partial_states(**store, pdl_kwargs={"launch_pdl": True})
+    assert [spec.key.launch_pdl for _kernel, spec in launches] == [pdl]

@@ -301,7 +301,7 @@ def test_an_entry_damaged_since_the_memo_is_never_loaded(deployment, damage):
 def test_an_entry_that_no_longer_matches_the_pinned_lock_is_refused(deployment, triton_cache, rewritten):
     manifest, entries, _calls = deployment
     plan, _note = resolve([str(manifest)], "cuda:90")
-    _path, digest = write_lock(str(triton_cache), build_lock(tasks_of(plan)).lock)
+    _path, digest, _held = write_lock(str(triton_cache), build_lock(tasks_of(plan)).lock)
     with settings.scope(lock_digest=digest):
         load([str(manifest)])
         victim = sorted(entries, key=str)[0]

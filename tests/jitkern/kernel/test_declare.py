@@ -189,9 +189,12 @@ def _key_class(**fields):
     (dict(width=size_of("x", 1, warm=[8]), plain=3), r"CompileKey: plain not declared"),
 ], ids=["reads-no-argument", "no-such-constexpr", "no-such-option", "warm-not-a-list", "no-warm-values",
         "derived-of-no-field", "a-field-undeclared"])
-def test_a_field_declaration_that_cannot_work_is_refused(fields, said):
+@pytest.mark.parametrize("arguments", [None, ROWS], ids=["own-stand-ins", "arguments"])
+def test_a_field_declaration_that_cannot_work_is_refused(fields, said, arguments):
+    """Named as such also where the stand-ins would come from the public function's
+    ``Arguments``: the field is checked before anything is derived from it."""
     with pytest.raises(DeclarationError, match=said):
-        scale_rows("test.declared.broken_field", CompileKey=_key_class(**fields), stand_ins={})
+        scale_rows("test.declared.broken_field", CompileKey=_key_class(**fields), stand_ins={}, arguments=arguments)
 
 
 def test_a_launcher_taking_compile_key_needs_declared_fields():

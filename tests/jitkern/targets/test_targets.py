@@ -147,6 +147,8 @@ def test_targets_are_compiled_checked_and_listed_apart(tmp_path):
     (missing,) = [line for line in check.stdout.splitlines() if line.startswith(f"  {AXPY}[")]
     assert missing.endswith("for hip:gfx942: not in the cache")
     assert warmup(manifest, "--target", "cuda:80", "--check", cache_dir=cache).returncode == 0
+    another = warmup(manifest, "--target", "cuda:90", "--jobs", "1", cache_dir=cache).stdout.splitlines()
+    assert another[-1].endswith("): 3 keys of this run, 9 in all"), another[-3:]  # the lock holds every target's
 
 
 @pytest.mark.compiled
@@ -401,3 +403,15 @@ def test_hip_launches_look_up_the_binaries_warmup_built(triton_cache):
         (large_key,) = manifest_keys(load_manifest(explicit))[AXPY]
         assert testing.uncovered_by_warmup(large, {AXPY: warmed[AXPY] + [large_key]}) == []
     assert registry.get_kernel(AXPY) is kernel
+
+
+@pytest.mark.compiled
+def test_compile_only_takes_a_target_by_name_and_cpu_tensors_have_pdl_as_it_does():
+    import torch
+
+    from jitkern.kernel.validation import device_has_pdl
+    from jitkern.targets import compile_only, current
+
+    for name, pdl in (("cuda:90", True), ("cuda:80", False), ("hip:gfx942", False)):
+        with compile_only(name):
+            assert (current().name, device_has_pdl(torch.device("cpu"))) == (name, pdl)
