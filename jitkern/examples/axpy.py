@@ -3,11 +3,11 @@
 It shows every piece a kernel needs (a declared key, stand-ins, a launcher, a public function) and gives
 the CLI and tests something real to compile. Its key names only what the kernel decides (dtype, block size):
 which of x, y and out are 16-byte aligned, and the class of ``n_elements``, jitkern derives from Triton.
+Its public function ``axpy`` checks what its ``ARGUMENTS`` declare, alpha a float included.
 """
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +35,7 @@ class AxpyKernel(TritonJitKernel):
     name = "jitkern.example.axpy"
     kernel = _axpy_kernel
     stand_ins = dict(x=Tensor(("block_size",)), y=Tensor(("block_size",), "dtype"),
-                     out=Tensor(("block_size",), "dtype"), alpha=1.5)
+                     out=Tensor(("block_size",), "dtype"))
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # what the kernel decides; jitkern adds how Triton specialises x, y, out and n_elements
@@ -53,15 +53,14 @@ class AxpyKernel(TritonJitKernel):
 
 
 ARGUMENTS = Arguments(x=Arg("*shape", tuple(getattr(torch, name) for name in DTYPES.choices), contiguous=True),
-                      y=Arg("*shape", "x", contiguous=True), out=Arg("*shape", "x", contiguous=True, optional=True))
+                      y=Arg("*shape", "x", contiguous=True), out=Arg("*shape", "x", contiguous=True, optional=True),
+                      alpha=float)
 
 
 @public_call(op="jitkern_examples::axpy", mutates=["out"], returns="out")
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """``alpha * x + y`` for contiguous tensors of one dtype and size."""
     ARGUMENTS.check(locals())
-    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
-        raise ValueError(f"alpha: expected a float, got {type(alpha).__name__}")
     alpha = float(alpha)  # an int is another Triton binary (i32, and 1 is specialised): the warmed one is float
     if x.numel() >= 2**31:  # offsets are i32 in the kernel (and n_elements an i32 binary)
         raise ValueError(f"x: {x.numel()} elements; at most 2**31 - 1")

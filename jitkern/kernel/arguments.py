@@ -22,6 +22,7 @@ planned call repeats no validation.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -118,18 +119,19 @@ class Checked:
 
 class Arguments:
     """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
-    argument, a ``range`` for an int within it; a dimension named as an int argument is that
-    argument's value. ``sizes`` bounds named sizes (``tokens=range(2**30)``). ``relations``:
-    what no shape states (rows a ring must hold for its capacity), a function of the call
-    and the ``Checked`` sizes raising ``ValueError``, run after the shapes and before the
-    index values, so that an error names the argument that is wrong."""
+    argument, a ``range`` for an int within it, ``float`` for a real number (an int too, not a
+    bool); a dimension named as an int argument is that argument's value. ``sizes`` bounds
+    named sizes (``tokens=range(2**30)``). ``relations``: what no shape states (rows a ring
+    must hold for its capacity), a function of the call and the ``Checked`` sizes raising
+    ``ValueError``, run after the shapes and before the index values, so that an error
+    names the argument that is wrong."""
 
     def __init__(self, *, sizes: Mapping[str, range] | None = None,
                  relations: Callable[[Mapping[str, Any], Checked], None] | None = None,
                  **arguments: Arg | type) -> None:
         for name, declared in arguments.items():
-            if not (isinstance(declared, (Arg, range)) or declared is int):
-                raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int or a range of ints")
+            if not (isinstance(declared, (Arg, range)) or declared in (int, float)):
+                raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int, a range of ints or float")
         self.arguments, self.relations = arguments, relations
         self.sizes = dict(sizes or {})
         self.valued = {name: declared.values for name, declared in arguments.items()
@@ -187,7 +189,10 @@ class Arguments:
         tensors: dict[str, torch.Tensor] = {}
         for name, declared in self.arguments.items():
             value = call[name]
-            if declared is int or type(declared) is range:
+            if declared is float:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                    raise ValueError(f"{name}: expected a float, got {type(value).__name__}")
+            elif declared is int or type(declared) is range:
                 check_int(name, value)
                 if type(declared) is range and value not in declared:
                     raise ValueError(f"{name}: expected an int in [{declared.start}, {declared.stop}), got {value}")

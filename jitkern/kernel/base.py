@@ -353,7 +353,8 @@ def _adopt_declaration(cls: type) -> None:
     if not declared:
         return
     declaration = Declaration(cls, key_class, build or cls._build_launch_spec, getattr(cls, "tuning", None))
-    declaration.check(cls, writes_warmup_keys=cls.get_warmup_keys is not JitKernel.get_warmup_keys)
+    declaration.check(cls, writes_warmup_keys=cls.get_warmup_keys is not JitKernel.get_warmup_keys,
+                      writes_warmup_inputs=cls.warmup_inputs is not TritonJitKernel.warmup_inputs)
     if declaration.winners is not None and (not takes_key or writes_dispatch):
         raise DeclarationError(f"{cls.__qualname__}: a tuned kernel's __call__ takes compile_key and it writes no "
                                "dispatch: the key's tuned fields are its bucket's winner")

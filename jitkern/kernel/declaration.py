@@ -60,10 +60,11 @@ class Declaration:
             raise DeclarationError(str(error)) from None
         self.usual: dict[str, Tensor] = {}  # the stand-ins the public function's Arguments give (check)
 
-    def check(self, cls: type, writes_warmup_keys: bool) -> None:
+    def check(self, cls: type, writes_warmup_keys: bool, writes_warmup_inputs: bool = False) -> None:
         """Every name a field or tensor declares exists, every constant is the kernel's, and
         every field has warm values unless the kernel writes its own ``get_warmup_keys``; then
-        the usual stand-ins are derived (from names known to exist)."""
+        the usual stand-ins are derived (from names known to exist), and each argument of
+        ``__call__`` has one unless the kernel writes its own ``warmup_inputs``."""
         arguments = {parameter.name for parameter in self.parameters}
         constexprs = set(inspect.signature(cls.kernel.fn).parameters) - {p.name for p in runtime_params(cls.kernel)}
         for name, field in self.fields.items():
@@ -104,6 +105,10 @@ class Declaration:
                     raise DeclarationError(f"{self.name}.stand_ins[{name!r}]: {item!r} is not a field of CompileKey")
         if getattr(cls, "arguments", None) is not None:
             self.usual = self._usual_stand_ins(cls.arguments)
+        given = set(self.plain_reads()) | set(cls.stand_ins) | set(self.usual)
+        for parameter in self.parameters if not writes_warmup_inputs else ():
+            if parameter.name not in given and parameter.default is parameter.empty and not _takes_float(parameter):
+                raise DeclarationError(_NO_STAND_IN.format(self.name, parameter.name))
 
     # --- dispatch ------------------------------------------------------------------------
 
@@ -283,8 +288,7 @@ class Declaration:
                 dtypes[field.reads[0]] = name
             elif isinstance(field.function, Size) and isinstance(arguments.arguments.get(field.reads[0]), Arg):
                 sizes[arguments.arguments[field.reads[0]].shape[field.function.dim]] = name
-            elif field.kind == "value" and field.function is None:
-                sizes[field.reads[0]] = name
+        sizes.update(self.plain_reads())
         names = [parameter.name for parameter in self.parameters]
         if not set(names) & set(arguments.arguments):
             raise DeclarationError(f"{self.name}.arguments: declares none of __call__'s arguments ({', '.join(names)})")
@@ -297,12 +301,10 @@ class Declaration:
         declared = {**self.usual, **declared}
         dtypes = {field.reads[0]: getattr(key, name) for name, field in self.fields.items() if field.kind == "dtype"}
         sizes: dict[str, dict[int, int]] = {}
-        values = {}
         for name, field in self.fields.items():
             if isinstance(field.function, Size):
                 sizes.setdefault(field.reads[0], {})[field.function.dim] = getattr(key, name)
-            elif field.kind == "value" and field.function is None:
-                values[field.reads[0]] = getattr(key, name)
+        values = {argument: getattr(key, name) for argument, name in self.plain_reads().items()}
         inputs = {}
         for parameter in self.parameters:
             name = parameter.name
@@ -317,10 +319,27 @@ class Declaration:
                 inputs[name] = value
             elif parameter.default is not parameter.empty:
                 inputs[name] = parameter.default
+            elif _takes_float(parameter):
+                inputs[name] = FLOAT_STAND_IN
             else:
-                raise DeclarationError(f"{self.name}: no stand-in for {name!r}: declare it in stand_ins, read it "
-                                       "with argument(), give it a default, or write warmup_inputs")
+                raise DeclarationError(_NO_STAND_IN.format(self.name, name))
         return inputs
+
+    def plain_reads(self) -> dict[str, str]:
+        """Argument -> the key field that holds it as it is (``argument()``): its stand-in is the key's value."""
+        return {field.reads[0]: name for name, field in self.fields.items()
+                if field.kind == "value" and field.function is None}
+
+
+FLOAT_STAND_IN = 1.5
+"""A ``float`` argument's stand-in where none is declared: Triton passes any float as fp32,
+specialising on no value, so every float launches the same binary."""
+_NO_STAND_IN = ("{}: no stand-in for {!r}: declare it in stand_ins, read it with argument(), give it a default, "
+                "annotate it float, or write warmup_inputs")
+
+
+def _takes_float(parameter: inspect.Parameter) -> bool:
+    return parameter.annotation in (float, "float")
 
 
 def _stand_in(spec: Tensor, key: Any, dtype_name: str | None, sizes: dict[int, int]) -> TritonWarmupTensor:

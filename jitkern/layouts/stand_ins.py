@@ -7,6 +7,7 @@ read, and no memory. ``jitkern.layouts.specialisation`` varies them per layout.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -133,11 +134,18 @@ def launch_stride(tensor: Any, dim: int, usual: int | None = None) -> int:
     value by. Passed as it is, it would pick a binary by a value that means nothing
     (``jitkern.testing.coverage`` draws such strides); normalised, the launch takes its
     stand-in's binary. A named stand-in's stride is kept as it is: jitkern traces it to
-    the runtime argument it becomes, to warm the classes its layout gives it."""
+    the runtime argument it becomes, to warm the classes its layout gives it.
+
+    A later dimension of a stride large enough to make that product 2**31 or more (no
+    multi-row launch could pass it: public functions keep strides below 2**31) gives the
+    stride of a dense tensor of the later sizes instead, an i32 as a stand-in's is."""
     dim %= tensor.dim()
     stride = tensor.stride(dim)
     if isinstance(stride, TracedStride) or tensor.shape[dim] != 1 and tensor.numel():
         return stride
     if usual is not None:
         return usual
-    return 1 if dim == tensor.dim() - 1 else launch_stride(tensor, dim + 1) * max(tensor.shape[dim + 1], 1)
+    if dim == tensor.dim() - 1:
+        return 1
+    dense = launch_stride(tensor, dim + 1) * max(tensor.shape[dim + 1], 1)
+    return dense if dense < 2**31 else math.prod(max(size, 1) for size in tensor.shape[dim + 1:])

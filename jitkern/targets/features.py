@@ -84,7 +84,7 @@ def fit_launch_options(constants: dict[str, Any], target: Target) -> tuple[dict[
     if fitted.get("launch_pdl") and not target.pdl:
         fitted["launch_pdl"] = False
         why = "portable paths (JITKERN_PORTABLE_PATHS=1)" if target.portable else \
-            f"{target.name} has no programmatic dependent launch (sm_90 and newer)"
+            f"{target.name} has no programmatic dependent launch (NVIDIA sm_90 and newer have it)"
         notes.append(f"launch_pdl=True built without PDL: {why}")
     if target.backend not in ("cuda", "hip"):
         return fitted, notes  # the interpreter takes any option

@@ -7,6 +7,7 @@ import os
 import random
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,8 +89,17 @@ def test_a_dimension_named_as_an_int_argument_is_its_value_in_either_order():
         after.check(dict(cache=cache, block_size=2))
 
 
+def test_a_float_argument_takes_any_real_number_but_a_bool():
+    declared = Arguments(eps=float)
+    for eps in (1e-6, 0, np.float32(0.5)):
+        declared.check(dict(eps=eps))
+    for eps, said in ((True, "bool"), ("1e-6", "str"), (None, "NoneType")):
+        with pytest.raises(ValueError, match=f"^eps: expected a float, got {said}$"):
+            declared.check(dict(eps=eps))
+
+
 def test_declarations_that_cannot_work_are_refused_where_made():
-    with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int or a range of ints$"):
+    with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int, a range of ints or float$"):
         Arguments(x=3)
     with pytest.raises(ValueError, match="do not match shape"):
         Arg("a b", torch.float32, strides="_")

@@ -222,6 +222,25 @@ def test_a_plain_argument_without_the_type_real_calls_pass_is_named(annotation, 
         kernel.layouts.stand_ins(kernel.get_warmup_keys()[0])
 
 
+def test_a_float_argument_stands_in_as_a_float_and_an_argument_with_no_stand_in_is_refused_where_declared():
+    """Triton passes any float as fp32, so a ``float`` argument needs no declared stand-in;
+    an int with none is named when the class is made, not when a manifest first warms it."""
+    def gained(self, compile_key, x, out, gain: float, scale: int = 2) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(X=x, Out=out, row_stride=x.stride(0), n_rows=1))
+
+    def counted(self, compile_key, x, out, count: int, scale: int = 2) -> LaunchSpec:
+        return LaunchSpec(grid=(count,), kwargs=dict(X=x, Out=out, row_stride=x.stride(0), n_rows=1))
+
+    kernel = scale_rows("test.declared.float_stand_in", call=gained)()
+    key = kernel.get_warmup_keys()[0]
+    assert kernel.warmup_inputs(key)["gain"] == 1.5 and kernel.layouts.stand_ins(key)
+    with pytest.raises(DeclarationError, match=r"^ScaleRows: no stand-in for 'count': declare it in stand_ins"):
+        scale_rows("test.declared.no_stand_in", call=counted)
+    own = scale_rows("test.declared.own_stand_in", call=counted, stand_ins=dict(
+        x=Tensor((16, "width")), out=Tensor((16, "width"), "dtype"), count=3))()
+    assert own.warmup_inputs(own.get_warmup_keys()[0])["count"] == 3
+
+
 def test_a_pinned_stride_that_a_layout_could_vary_is_named():
     kernel = scale_rows("test.declared.pinned_stride", pinned_by_key={"row_stride"})()
     with pytest.raises(DeclarationError, match=r"pinned_by_key: 'row_stride' is x\.stride\(0\), which fixed_strides "

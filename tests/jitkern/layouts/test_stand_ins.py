@@ -60,6 +60,15 @@ def test_a_launch_stride_of_a_dimension_of_size_1_is_the_dense_one(rows, width, 
     assert launch_stride(stand_in, 0) == 40
 
 
+def test_a_launch_stride_of_a_dimension_of_size_1_stays_an_i32_beside_a_huge_later_stride():
+    """One token whose last dimension steps 2**31 - 1 elements (the coverage checker drew it
+    for Step5's ring write): the product would be an i64 no manifest warms; the stride of a
+    dense tensor of the later sizes is passed instead."""
+    huge = TritonWarmupTensor(torch.bfloat16, shape=(1, 1, 256), strides=(0, 0, 2**31 - 1))
+    assert launch_stride(huge, 0) == launch_stride(huge, 1) == 256
+    assert launch_stride(huge, 2) == 2**31 - 1
+
+
 @pytest.mark.parametrize("rows", [0, 1, 3])
 def test_a_launch_stride_of_a_dimension_of_size_1_is_the_usual_one_where_given(rows):
     """A tensor usually a view of a wider one (DeepSeek V4's kv: a ``[tokens, 2W]``

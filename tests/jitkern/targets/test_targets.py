@@ -94,7 +94,7 @@ def test_launch_options_are_fitted_to_the_target():
     on_a100, notes = fit_launch_options(asked, target("cuda:80"))
     assert on_a100 == dict(asked, launch_pdl=False)
     assert notes == ["launch_pdl=True built without PDL: cuda:80 has no programmatic dependent launch "
-                     "(sm_90 and newer)"]
+                     "(NVIDIA sm_90 and newer have it)"]
     on_mi300, notes = fit_launch_options(asked, target("hip:gfx942"))
     assert on_mi300 == dict(BLOCK=16, num_warps=1, enable_fp_fusion=False)  # maxnreg, launch_pdl: CUDA options
     assert len(notes) == 1 and "hip:gfx942 has no programmatic dependent launch" in notes[0]
@@ -282,7 +282,7 @@ def test_pdl_keys_on_a_target_without_pdl_are_the_plain_variant_with_a_note(tmp_
     (row,) = json.loads(report.read_text())["kernels"]
     assert (row["keys"], row["compiled"], row["cached"], row["failed"]) == (8, 4, 4, 0)
     assert row["notes"] == {"launch_pdl=True built without PDL: cuda:80 has no programmatic dependent launch "
-                            "(sm_90 and newer)": 4}
+                            "(NVIDIA sm_90 and newer have it)": 4}
     assert "4 noted" in run.stdout
     assert ("note: deepseek_v4.save_partial_states for cuda:80: 4 keys: launch_pdl=True built without PDL"
             in run.stdout)
