@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jitkern import settings
+from jitkern import settings, targets
 from jitkern.launch.direct import DirectLaunch, bind_direct_launch, build_direct_launch
 from jitkern.launch.picker import bind_layout_picker, layout_picker
 from jitkern.launch.plans import forget_plans
@@ -111,6 +111,12 @@ class BinaryTable:
         active_launch.kernel, active_launch.spec = kernel, spec
         try:
             binary = kernel.kernel.run(grid=spec.grid, warmup=False, **kwargs)
+        except RuntimeError as error:  # Triton's "0 active drivers" on a machine with no GPU, from deep inside
+            if targets.current() is targets.NO_TARGET:
+                raise targets.NoGPU(f"{kernel.name}: a launch needs a GPU, and there is none here (on the CPU, "
+                                    "Triton's interpreter runs kernels: TRITON_INTERPRET=1 before importing triton)"
+                                    ) from error
+            raise
         finally:
             active_launch.kernel = active_launch.spec = None
         if binary is not None and id(binary) not in self._prepared:

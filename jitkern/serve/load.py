@@ -24,7 +24,7 @@ from jitkern.kernel import registry
 from jitkern.layouts.binary_key import BinaryKey, key_name
 from jitkern.serve import memo
 from jitkern.serve.rehearsal import rehearse
-from jitkern.targets import gpu_name, local_target, parse_target, target_name
+from jitkern.targets import NoGPU, gpu_name, local_target, parse_target, target_name
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,6 @@ class LoadedKernel:
 
 class MissingBinary(RuntimeError):
     """``load`` found keys that the cache lacks or holds damaged; it compiled none of them."""
-
-
-class NoGPU(RuntimeError):
-    """``load`` was called on a machine with no GPU, where there is nothing to load onto."""
 
 
 def load(manifest_paths: list[str]) -> list[LoadedKernel]:

@@ -10,10 +10,10 @@
 """
 
 from jitkern.targets.amd_key import AMD_KEY, amd_libraries_digest, install_path_free_amd_key
-from jitkern.targets.drivers import CompileOnlyDriver, compile_only, compiling_only, gpu_name, local_target
+from jitkern.targets.drivers import CompileOnlyDriver, NoGPU, compile_only, compiling_only, gpu_name, local_target
 from jitkern.targets.features import INTERPRETER, NO_TARGET, Target, current, fit_launch_options, target_of
 from jitkern.targets.names import COMPILABLE, SUPPORTED_TARGETS, parse_target, parse_targets, target_name
 
-__all__ = ["AMD_KEY", "COMPILABLE", "INTERPRETER", "NO_TARGET", "SUPPORTED_TARGETS", "CompileOnlyDriver", "Target",
+__all__ = ["AMD_KEY", "COMPILABLE", "INTERPRETER", "NO_TARGET", "SUPPORTED_TARGETS", "CompileOnlyDriver", "NoGPU", "Target",
            "amd_libraries_digest", "compile_only", "compiling_only", "current", "fit_launch_options", "gpu_name",
            "install_path_free_amd_key", "local_target", "parse_target", "parse_targets", "target_name", "target_of"]

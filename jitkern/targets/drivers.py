@@ -64,6 +64,10 @@ def compile_only(target: GPUTarget | str):
         driver._active = previous
 
 
+class NoGPU(RuntimeError):
+    """Something needs this machine's GPU (loading binaries, a launch), and there is none."""
+
+
 def local_target() -> GPUTarget | None:
     """The target of this machine's GPU, or None when there is none."""
     try:

@@ -192,6 +192,20 @@ def test_load_on_a_machine_with_no_gpu_says_so_in_one_line(triton_cache, tmp_pat
 
 
 @pytest.mark.compiled
+def test_a_launch_on_a_machine_with_no_gpu_says_so_in_one_line():
+    """CPU tensors passed to a public function outside the interpreter, where no GPU is:
+    the error says what is missing and how to run on the CPU, not Triton's driver count."""
+    import torch
+
+    from jitkern.examples.axpy import axpy
+    from jitkern.targets import NoGPU
+
+    with pytest.raises(NoGPU, match=r"^jitkern\.example\.axpy: a launch needs a GPU, and there is none here "
+                                    r"\(on the CPU, Triton's interpreter runs kernels: TRITON_INTERPRET=1"):
+        axpy(torch.randn(8), torch.randn(8), 2.0)
+
+
+@pytest.mark.compiled
 def test_without_a_target_each_manifest_is_compiled_for_its_own_targets(tmp_path):
     a100 = small_manifest(tmp_path / "a100.json", "float32", ["cuda:80"])
     mi300 = small_manifest(tmp_path / "mi300.json", "float16", ["hip:gfx942", "hip:gfx950"])
