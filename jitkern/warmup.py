@@ -140,6 +140,8 @@ def _merge_record(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if os.getcwd() not in sys.path:  # a manifest's modules are found here, as under python -m, by jitkern-warmup too
+        sys.path.insert(0, os.getcwd())
     if argv[:1] == ["schema"]:
         print(json.dumps(json_schema(), indent=2))
         return 0

@@ -242,3 +242,15 @@ def test_merge_record_writes_through_a_symlink_keeps_the_mode_and_names_bad_line
     read_only = cli("merge-record", record, link, cache_dir=tmp_path)
     assert (read_only.returncode, read_only.stderr) == (2, f"error: {link}: read-only; make it writable to merge the "
                                                            "record into it\n")
+
+
+def test_the_console_script_finds_a_manifests_modules_in_the_working_folder_as_python_m_does(tmp_path):
+    source = (REPO / "jitkern" / "examples" / "axpy.py").read_text()
+    (tmp_path / "own_axpy.py").write_text(source.replace('"jitkern.example.axpy"', '"own.axpy"'))
+    manifest = json.loads(EXAMPLE.read_text())
+    manifest.update(modules=["own_axpy"], kernels=[{"kernel": "own.axpy", "config": {"dtypes": ["float32"]}}])
+    (tmp_path / "own.json").write_text(json.dumps(manifest))
+    script = os.path.join(os.path.dirname(sys.executable), "jitkern-warmup")
+    listed = subprocess.run([script, "own.json", "--list"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and listed.stdout.splitlines()[-1] == "24 keys for cuda:90", listed.stdout + listed.stderr
+
