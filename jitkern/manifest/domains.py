@@ -34,7 +34,7 @@ def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], 
     and their dimensions) that its public function accepts so laid out; one the manifest
     gives, of any kernel, and of the dimensions each kernel that has the tensor has."""
     where = f"{path}: kernels[{index}]"
-    chosen: dict[str, set[str]] = {"unaligned": set(), "strided": set()}
+    chosen: dict[str, dict[str, str]] = {"unaligned": {}, "strided": {}}  # name -> where it was given
     for at, domain, manifests in ((f"{where}.layout", own, False), (f"{path}: layout", shared, True)):
         for field in chosen:
             for position, name in enumerate(getattr(domain, field)):
@@ -48,16 +48,16 @@ def kernel_domain(path: Path, index: int, kernel: Any, tensors: dict[str, int], 
                 if dim is not None and dim >= tensors[tensor]:
                     raise ManifestError(f"{at}.{field}[{position}]: {name!r}: {tensor!r} of {kernel.name} "
                                         f"(kernels[{index}]) has {tensors[tensor]} dimensions, no dimension {dim}")
-                chosen[field].add(name)
+                chosen[field].setdefault(name, at)
     for field, names in chosen.items():
         for name in sorted(names):
             refusal = _refusal(kernel, field, name)
             if refusal:
-                raise ManifestError(f"{where}: layout.{field} lists {name!r}, which {kernel.name} cannot serve: "
-                                    f"its public function requires {refusal}")
+                raise ManifestError(f"{names[name]}.{field} lists {name!r}, which {kernel.name} (kernels[{index}]) "
+                                    f"cannot serve: its public function requires {refusal}")
     values = _kernel_values(where, path, kernel, tensors, integers, own, shared)
     for field, meaning in (("strided", "any stride"), ("unaligned", "any start")):
-        both = sorted(set(values) & chosen[field])
+        both = sorted(set(values) & set(chosen[field]))
         if both:
             raise ManifestError(f"{where}: layout lists {both[0]!r} both as {field} ({meaning}) and with values: "
                                 "give one")

@@ -128,6 +128,8 @@ def manifest_keys(*manifests: LoadedManifest) -> dict[str, list[BinaryKey]]:
     """Kernel name -> every binary key the manifests enumerate, duplicates dropped, order kept."""
     keys: dict[str, dict[Any, None]] = {}
     for loaded in manifests:
+        if not isinstance(loaded, LoadedManifest):
+            raise TypeError(f"manifest_keys(*manifests): each a load_manifest(path), got {type(loaded).__name__}")
         for entry in loaded.entries:
             keys.setdefault(entry.kernel.name, {}).update(dict.fromkeys(entry.keys))
     return {name: list(found) for name, found in keys.items()}

@@ -34,6 +34,8 @@ def test_example_manifest_resolves_to_the_kernels_keys():
     loaded = load_manifest(EXAMPLE)
     keys = manifest_keys(loaded)["jitkern.example.axpy"]
     assert len(keys) == len(set(keys)) == 3 * 3 * 8  # dtypes x integer classes x alignments
+    with pytest.raises(TypeError, match=r"^manifest_keys\(\*manifests\): each a load_manifest\(path\), got list$"):
+        manifest_keys([loaded])
 
 
 def test_a_layout_a_kernel_cannot_serve_is_named(tmp_path):
@@ -44,8 +46,13 @@ def test_a_layout_a_kernel_cannot_serve_is_named(tmp_path):
         aligned_tensors = frozenset({"out"})
 
     document = example(modules=[], kernels=[{"kernel": AlignedOut.name, "config": {"dtypes": ["float32"]}}])
-    with pytest.raises(ManifestError, match=r"layout.unaligned lists 'out', which test.axpy_aligned_out cannot serve: "
-                                            r"its public function requires 'out' 16-byte aligned"):
+    with pytest.raises(ManifestError, match=r"json: layout\.unaligned lists 'out', which test\.axpy_aligned_out "
+                                            r"\(kernels\[0\]\) cannot serve: its public function requires 'out' "
+                                            r"16-byte aligned"):  # the manifest's layout, not the entry's
+        load_manifest(write(tmp_path, document))
+    document = example(modules=[], layout={}, kernels=[{"kernel": AlignedOut.name, "config": {"dtypes": ["float32"]},
+                                                        "layout": {"unaligned": ["out"]}}])
+    with pytest.raises(ManifestError, match=r"json: kernels\[0\]\.layout\.unaligned lists 'out', which"):
         load_manifest(write(tmp_path, document))
 
 
