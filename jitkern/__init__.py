@@ -14,7 +14,8 @@ from jitkern import memo as _memo
 from jitkern.cache import install as _install_cache_manager
 from jitkern.kernel import keys
 from jitkern.kernel.arguments import Arg, Arguments, Within
-from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
+from jitkern.kernel.base import JitKernel, TritonJitKernel
+from jitkern.kernel.launcher import kernel_launcher
 from jitkern.kernel.declare import (Config, DeclarationError, Tensor, Warm, argument, computed, derived, dtype_of,
                                     fixed, size_of, tuned)
 from jitkern.kernel.tuning import Buckets, TuningSpace

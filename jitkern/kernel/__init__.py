@@ -14,7 +14,8 @@
 """
 
 from jitkern.kernel import keys
-from jitkern.kernel.base import JitKernel, TritonJitKernel, kernel_launcher
+from jitkern.kernel.base import JitKernel, TritonJitKernel
+from jitkern.kernel.launcher import kernel_launcher
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.spec import LaunchSpec
 from jitkern.layouts.binary_key import BinaryKey, key_fields, key_name

@@ -104,6 +104,12 @@ class JitKernel(Generic[CompileKeyT]):
         """Every key a deployment with this config launches."""
         raise NotImplementedError
 
+    def launched_on(self, key: CompileKeyT, target: Any) -> bool:
+        """Whether serving on ``target`` (a ``jitkern.targets.Target``) ever launches ``key``:
+        warmup, its lock and ``load()`` leave the others out there (a PDL variant on a GPU
+        without PDL, where the public function never picks it)."""
+        return True
+
     def compile(self, key: BinaryKey | CompileKeyT) -> Any:
         """Compile (or load from the cache) the binary of ``key`` (a compile key alone: the
         binary of its stand-ins' layout)."""
@@ -127,29 +133,6 @@ def _memoised(dispatch: Callable[..., Any]) -> Callable[..., Any]:
 
     memoised_dispatch.cache_clear = cached.cache_clear  # a tuning table taken: keys picked before are dropped
     return memoised_dispatch
-
-
-def kernel_launcher(build: Callable[..., LaunchSpec]) -> Callable[..., Any]:
-    """Decorate a ``__call__`` that returns a ``LaunchSpec``: calling it launches.
-
-    A ``__call__`` whose first argument is ``compile_key`` receives the key jitkern reads
-    from the call as the kernel's ``CompileKey`` declares (``jitkern.kernel.declare``), and
-    leaves the spec's ``key`` out. The undecorated function stays reachable as
-    ``launch_spec`` so that warmup runs the very same code on stand-in inputs.
-    """
-
-    @functools.wraps(build)
-    def launch(self: "TritonJitKernel", *args: Any, **kwargs: Any) -> Any:
-        if active_launch.faking:  # a torch op's fake implementation: nothing launches
-            return None
-        spec = build(self, *args, **kwargs)
-        launched = self.launch(spec)
-        if recording.launches is not None:  # a public call records its launches (jitkern.launch.plans)
-            recording.launches.append((self, spec, launched))
-        return spec.result
-
-    launch.launch_spec = build
-    return launch
 
 
 class TritonJitKernel(JitKernel[CompileKeyT]):

@@ -112,7 +112,7 @@ def device_has_pdl(device: torch.device) -> bool:
     anyway (``JITKERN_PORTABLE_PATHS=1``), the key asking for it builds the plain kernel and
     jitkern launches it without PDL (``jitkern.targets.fit_launch_options``)."""
     if device.type == "cpu":  # a dry run or a compile-only test: as on the GPU of the target compiled for
-        return targets.current().pdl
+        return targets.current().gpu_has_pdl
     if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
         return False
     return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9

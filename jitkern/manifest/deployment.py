@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from jitkern import settings
+from jitkern.kernel import registry
 from jitkern.manifest.load import LoadedManifest, load_manifest
-from jitkern.targets import local_target, parse_target, parse_targets, target_name
+from jitkern.targets import local_target, parse_target, parse_targets, target_name, target_of
 
 
 @dataclass(frozen=True)
@@ -57,4 +59,11 @@ def resolve(manifest_paths: list[str], target: str | None) -> tuple[Deployment, 
                 name = target_name(parse_target(name))
                 by_target[name] = list(dict.fromkeys(by_target.get(name, []) + pairs))
         note = f"no GPU here: compiling each manifest for its targets ({', '.join(by_target)}), no GPU needed"
+    by_target = {name: _launched_on(pairs, name) for name, pairs in by_target.items()}
     return Deployment(manifests, entries, by_target, modules), note
+
+
+def _launched_on(pairs: list[tuple[str, Any]], name: str) -> list[tuple[str, Any]]:
+    """The (kernel, binary key) pairs serving on the target ``name`` launches (``launched_on``)."""
+    target = target_of(parse_target(name), settings.current().portable_paths)
+    return [(kernel, key) for kernel, key in pairs if registry.get_kernel(kernel).launched_on(key.key, target)]

@@ -42,6 +42,13 @@ class Target:
         """Programmatic dependent launch (``griddepcontrol``): NVIDIA sm_90 and newer."""
         return self.cuda_at_least(90)
 
+    @property
+    def gpu_has_pdl(self) -> bool:
+        """Whether this target's GPU has PDL, portable paths or not: what a public function
+        launching there asks (``device_has_pdl``); a key asking for it where ``pdl`` is False
+        builds the plain kernel."""
+        return self.backend == "cuda" and isinstance(self.arch, int) and self.arch >= 90
+
     def describe(self) -> str:
         return f"{self.name} (portable paths)" if self.portable else self.name
 

@@ -36,6 +36,11 @@ def launch_pdl(device: torch.device) -> bool:
     return LAUNCH_PDL and device_has_pdl(device)
 
 
+def launched_with_the_gpus_pdl(kernel: Any, key: Any, target: Any) -> bool:
+    """Each GPU takes one of a key's two PDL variants, the one ``launch_pdl`` picks there."""
+    return key.launch_pdl == (LAUNCH_PDL and target.gpu_has_pdl)
+
+
 # --- the filled build: every metadata row written by the kernel ------------------------------
 
 
@@ -43,6 +48,7 @@ class BuildFilledPrefillGroupsKernel(Step5Kernel):
     name = "step5.build_prefill_groups_filled"
     kernel = build_prefill_groups_filled_kernel
     arguments = BUILD
+    launched_on = launched_with_the_gpus_pdl
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)
@@ -77,6 +83,7 @@ class PrefillUpdateKernel(SummaryKernel):
     compile_cost = 2.0  # seconds a key on our CPU machine, about: 1.7x the summary kernel's in a serial warmup
     maxnreg = PREFILL_MAXNREG
     arguments = UPDATE
+    launched_on = launched_with_the_gpus_pdl
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)

@@ -371,3 +371,20 @@ def test_the_update_in_one_launch_writes_the_same_bytes_at_any_num_warps(num_war
     torch.cuda.synchronize()
     (one, one_ring), (many, many_ring) = written[1], written[num_warps]
     assert torch.equal(one, many) and torch.equal(one_ring.view(I16), many_ring.view(I16))
+
+
+@pytest.mark.compiled
+def test_each_target_warms_the_pdl_variant_its_gpu_launches():
+    """The manifest lists both PDL variants; an H200 launches the PDL one, an A100 or an
+    MI300 the plain one, so each target's warmup, lock and load() take only that one."""
+    from pathlib import Path
+
+    from jitkern.manifest import resolve
+
+    manifest = Path(__file__).resolve().parents[2] / "warmup_manifests" / "step5-bs256-mtp3.json"
+    deployment, _ = resolve([str(manifest)], "cuda:90,cuda:80,hip:gfx942")
+    two_launches = (prefill_fused.PrefillUpdateKernel.name, BuildFilledPrefillGroupsKernel.name)
+    for target, pdl in (("cuda:90", True), ("cuda:80", False), ("hip:gfx942", False)):
+        variants = {key.key.launch_pdl for kernel, key in deployment.by_target[target] if kernel in two_launches}
+        assert variants == {pdl}, target
+    assert len({key for _kernel, key in deployment.entries}) > len(deployment.by_target["cuda:90"])
