@@ -5,8 +5,8 @@
 
 Run it from the repository root. Per deployment:
 
-- **warmed**: the binary keys of its manifests for the target, de-duplicated as a warmup
-  of them together de-duplicates (``manifest_keys(load_manifest(...))``);
+- **warmed**: the binary keys a warmup of its manifests compiles for the target
+  (``resolve(...).by_target``: de-duplicated, each kernel's ``launched_on`` the target);
 - **launched**: the distinct binary keys its serving schedule launches
   (``kernel.layouts.binary_key(spec)`` of every launch ``record_launches()`` saw), and
   the ratio; the manifest's kernels the schedule never launches are named;
@@ -30,15 +30,17 @@ each of the four layouts), DeepSeek V4's ``Schedule`` of
 ``tests/deepseek_v4/test_dsv4_step_sequence.py`` (each of its four deployments, int32
 and int64 indices), and the grouped GEMM's public function at every batch size 1..512
 of both of its manifest's shapes, with and without routed weights (recorded, not run:
-``record_launches(dry_run=True)``). On the CPU a kernel that would launch with PDL on
-an H200 launches without (``device_has_pdl``): the schedule launches the other twin of
-a key the manifests warm both ways. The example kernel has no schedule: warmed only.
+``record_launches(dry_run=True)``). The interpreter has no PDL, so Step5's two-launch
+prefill launches its plain variants there; a launch of a key the target never launches
+is counted as its PDL twin, which the target's GPU launches. The example kernel has no
+schedule: warmed only.
 Prints a table last.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -55,7 +57,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "step5"), str(REPO / "tests" / "
 
 import torch  # noqa: E402
 
-from jitkern.manifest import load_manifest, manifest_keys  # noqa: E402
+from jitkern.kernel import registry  # noqa: E402
+from jitkern.manifest import resolve  # noqa: E402
+from jitkern.targets import parse_target, target_of as gpu_target  # noqa: E402
 from jitkern.testing import record_launches  # noqa: E402
 
 MANIFESTS = REPO / "tests" / "manifests"
@@ -140,10 +144,23 @@ def target_of(manifests: list[Path]) -> str:
     return "cuda:90" if "cuda:90" in targets else targets[0]
 
 
-def warmed_keys(manifests: list[Path]) -> set:
-    """(kernel, binary key) of every binary the manifests enumerate (the same for each target)."""
-    keys = manifest_keys(*(load_manifest(manifest) for manifest in manifests))
-    return {(name, binary) for name, binaries in keys.items() for binary in binaries}
+def warmed_keys(manifests: list[Path], target: str) -> set:
+    """(kernel, binary key) of every binary a warmup of the manifests compiles for ``target``."""
+    deployment, _note = resolve([str(manifest) for manifest in manifests], target)
+    return set(deployment.by_target[target])
+
+
+def as_on(target: str, launched: set) -> set:
+    """The launches as the target's GPU makes them: a key it never launches (a plain
+    variant where the GPU has PDL: the interpreter has none) as its PDL twin."""
+    gpu = gpu_target(parse_target(target), False)
+    found = set()
+    for name, binary in launched:
+        key = binary.key
+        if not registry.get_kernel(name).launched_on(key, gpu):
+            binary = dataclasses.replace(binary, key=dataclasses.replace(key, launch_pdl=not key.launch_pdl))
+        found.add((name, binary))
+    return found
 
 
 def warm(manifests: list[Path], target: str, folder: Path, jobs: int) -> dict:
@@ -185,7 +202,7 @@ def main() -> None:
     rows = []
     for index, (name, manifests, schedule) in enumerate(chosen):
         target = target_of(manifests)
-        warmed = warmed_keys(manifests)
+        warmed = warmed_keys(manifests, target)
         launched = None
         if schedule is not None:
             memo = (schedule, manifests[0].name if schedule == "step5" else "")
@@ -196,7 +213,7 @@ def main() -> None:
                                    grouped_gemm_launches(manifests[0], args) if schedule == "grouped-gemm" else
                                    dsv4_launches(args))
                 print(f"{name}: schedule recorded in {time.perf_counter() - start:.1f} s", flush=True)
-            launched = schedules[memo]
+            launched = as_on(target, schedules[memo])
         row = {"deployment": name, "manifests": [str(m.relative_to(REPO)) for m in manifests], "target": target,
                "warmed": len(warmed)}
         if launched is not None:
