@@ -67,8 +67,9 @@ def _autotuned_scale_kernel(X, Out, n, scale, BLOCK: tl.constexpr, EVEN: tl.cons
 
 
 class AutotunedScale(TritonJitKernel):
-    """Adopted: BLOCK, num_warps, num_stages and num_ctas become tuned fields of its key
-    (the autotuner's configs), EVEN a constant of the key (the heuristic, which reads n)."""
+    """Adopted: BLOCK, num_warps and num_stages become tuned fields of its key (the autotuner's
+    configs; num_ctas, Triton's 1 in each, does not), EVEN a constant of the key (the heuristic,
+    which reads n)."""
 
     name = "test.autotuned_scale"
     kernel = _autotuned_scale_kernel

@@ -91,8 +91,12 @@ def _refuse_hooks(owner: str, autotuner: Any) -> None:
 
 
 def _configs(owner: str, configs: list[Any]) -> tuple[dict[str, Any], ...]:
-    """Each ``triton.Config`` as a dict: its constexprs, then the launch options it sets."""
-    made = tuple({**config.kwargs, **{name: getattr(config, name) for name in CONFIG_OPTIONS
+    """Each ``triton.Config`` as a dict: its constexprs, then the launch options it sets.
+    ``num_ctas`` left at Triton's 1 by every config is not one (a launch takes 1 anyway,
+    and vLLM's tuning files, which never name it, can then be read in)."""
+    options = [name for name in CONFIG_OPTIONS if any(getattr(config, name) is not None for config in configs)
+               and not (name == "num_ctas" and all(config.num_ctas == 1 for config in configs))]
+    made = tuple({**config.kwargs, **{name: getattr(config, name) for name in options
                                       if getattr(config, name) is not None}} for config in configs)
     if any(list(config) != list(made[0]) for config in made):
         raise DeclarationError(f"{owner}.kernel: triton.autotune's configs set different names "

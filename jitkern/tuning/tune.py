@@ -105,8 +105,7 @@ def tune(deployment: Deployment, target: str, gpu: str, timer: Timer, device: An
             for done, bucket in enumerate(buckets, 1):
                 rows.append(_tune_bucket(kernel, bucket, timer, device))
                 on_bucket(name, done, len(buckets))
-            describe = getattr(timer, "describe", None)
-            table = table_of(kernel, target, gpu, rows, describe() if describe else repr(timer))
+            table = table_of(kernel, target, gpu, rows, _timer_name(timer))
             previous, _problem = read(kernel, target, gpu)
             if previous is not None and staleness(previous, kernel, gpu) is None:
                 table = previous.merged(table)
@@ -133,3 +132,12 @@ def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
     best = winner(medians)
     return Row(dict(zip(winners.bucket_names, bucket.values)), dict(winners.candidates[best]),
                {config_name(config): round(median * 1e6, 3) for config, median in zip(winners.candidates, medians)})
+
+
+def _timer_name(timer: Any) -> str:
+    """How the table was measured: the timer's ``describe()``, else its qualified name (not
+    its ``repr``, whose address would make the same table other bytes)."""
+    describe = getattr(timer, "describe", None)
+    if describe is not None:
+        return describe()
+    return f"{getattr(timer, '__module__', '?')}.{getattr(timer, '__qualname__', type(timer).__qualname__)}"

@@ -52,11 +52,16 @@ def _names(kernel: Any) -> dict[str, str]:
 
 
 def _free_selector(kernel: Any, where: dict[str, Any], source: str) -> str:
-    free = [name for name in kernel.winners.space.by if name not in where]
+    selectors = list(kernel.winners.space.by)
+    if not selectors:
+        raise TableError(f"{source}: vLLM's files key configs by one batch size; {kernel.name}'s tuning space "
+                         "selects by nothing (no by= selector to read it into): declare one, such as the batch "
+                         "size, in its TuningSpace(by=...)")
+    free = [name for name in selectors if name not in where]
     if len(free) != 1:
         raise TableError(f"{source}: vLLM's files key configs by one batch size; {kernel.name} selects by "
-                         f"{', '.join(kernel.winners.space.by) or 'nothing'}: give the others with --where "
-                         f"({', '.join(free)} left free)")
+                         f"{', '.join(selectors)}: give all but one with --where ({', '.join(free) or 'none'} "
+                         "left free)")
     return free[0]
 
 

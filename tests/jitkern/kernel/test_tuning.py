@@ -89,12 +89,12 @@ def test_a_table_row_naming_a_config_that_is_no_candidate_is_refused():
 
 def test_an_autotuned_kernel_is_adopted_its_configs_candidates_its_heuristics_constants(fresh_winners):
     kernel = AutotunedScale()
-    assert kernel.winners.tuned_names == ("BLOCK", "num_warps", "num_stages", "num_ctas")
-    assert kernel.winners.candidates == ({"BLOCK": 128, "num_warps": 2, "num_stages": 3, "num_ctas": 1},
-                                         {"BLOCK": 512, "num_warps": 4, "num_stages": 3, "num_ctas": 1})
+    assert kernel.winners.tuned_names == ("BLOCK", "num_warps", "num_stages")  # num_ctas: Triton's 1 in every config
+    assert kernel.winners.candidates == ({"BLOCK": 128, "num_warps": 2, "num_stages": 3},
+                                         {"BLOCK": 512, "num_warps": 4, "num_stages": 3})
     keys = kernel.get_warmup_keys(sizes=[4096, 1000])
-    assert [key_name(key) for key in keys][:2] == ["n=4096,BLOCK=128,num_warps=2,num_stages=3,num_ctas=1",
-                                                   "n=4096,BLOCK=512,num_warps=4,num_stages=3,num_ctas=1"]
+    assert [key_name(key) for key in keys][:2] == ["n=4096,BLOCK=128,num_warps=2,num_stages=3",
+                                                   "n=4096,BLOCK=512,num_warps=4,num_stages=3"]
     assert [kernel.constants(key)["EVEN"] for key in keys] == [True, True, False, False]  # n % BLOCK == 0
     assert kernel.kernel is _autotuned_function()  # the @triton.jit function inside, as the key names binaries
     for size in (4096, 1000):

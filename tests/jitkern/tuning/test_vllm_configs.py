@@ -74,7 +74,7 @@ def test_a_file_naming_what_the_space_cannot_launch_is_refused(deployment, tmp_p
 
 def test_a_narrowing_that_is_not_one_vllm_file_is_refused(deployment, tmp_path):
     with pytest.raises(TableError, match=r"vLLM's files key configs by one batch size; jitkern.example.grouped_gemm "
-                                         r"selects by experts, batch: give the others with --where \(experts, batch "
+                                         r"selects by experts, batch: give all but one with --where \(experts, batch "
                                          r"left free\)"):
         imported(deployment, where={"n": 1408})
     with pytest.raises(TableError, match=r"--where width: not bucket fields of jitkern.example.grouped_gemm"):
@@ -92,3 +92,18 @@ def test_a_narrowing_that_is_not_one_vllm_file_is_refused(deployment, tmp_path):
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(TableError, match=r"bad.json: expected an object of batch size -> config"):
         imported(deployment, tmp_path / "bad.json")
+
+
+def test_a_kernel_selecting_by_nothing_is_told_to_declare_a_selector(tmp_path):
+    from tuned_kernels import AutotunedScale
+
+    manifest = tmp_path / "scale.json"
+    manifest.write_text(json.dumps({"format_version": 1, "name": "scale", "targets": ["cuda:90"],
+                                    "modules": ["tuned_kernels"],
+                                    "kernels": [{"kernel": AutotunedScale.name, "config": {"sizes": [4096]}}]}))
+    vllm = tmp_path / "N=4096,device_name=NVIDIA_H200.json"
+    vllm.write_text(json.dumps({"1": {"BLOCK": 1024, "num_warps": 4, "num_stages": 1}}))
+    with pytest.raises(TableError, match=r"test\.autotuned_scale's tuning space selects by nothing \(no by= selector "
+                                         r"to read it into\): declare one"):
+        import_vllm(str(vllm), resolve([str(manifest)], "cuda:90")[0], AutotunedScale.name, "cuda:90", "NVIDIA H200",
+                    {})
