@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import inspect
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -62,15 +63,20 @@ class Buckets:
 
 
 _watchers: list[Callable[..., None]] = []
+_every_winners: weakref.WeakSet = weakref.WeakSet()
 
 
 def watch_defaults(watcher: Callable[..., None], on: bool = True) -> None:
     """Call ``watcher(kernel=, bucket=, config=, source=)`` when a call takes a bucket's
-    default for want of a table row (the guard's warn and error modes), or no longer."""
+    default for want of a table row (the guard's warn and error modes), or no longer. Each
+    call says so anew (the guard's mode may have changed: error mode refuses what warn mode
+    let by): the buckets told before are forgotten, and the keys picked for them."""
     if on and watcher not in _watchers:
         _watchers.append(watcher)
     elif not on and watcher in _watchers:
         _watchers.remove(watcher)
+    for winners in tuple(_every_winners):
+        winners.forget_told()
 
 
 def config_name(config: Mapping[str, Any]) -> str:
@@ -109,6 +115,13 @@ class Winners:
         self.rows: dict[tuple, dict[str, Any]] = {}
         self.source = ""  # the table the rows came from, for messages
         self._warned: set[tuple] = set()
+        _every_winners.add(self)
+
+    def forget_told(self) -> None:
+        """Tell the watchers again of each bucket that takes its default (``watch_defaults``)."""
+        if self._warned:
+            self._warned.clear()
+            self._forget()
 
     def _candidate(self, where: Any, config: Any) -> dict[str, Any]:
         """``config`` with the tuned fields in key order; TuningError unless it gives exactly them."""
