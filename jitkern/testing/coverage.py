@@ -101,6 +101,7 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
     named by the key Triton's binder gives its stand-ins. Returns how many launches
     were checked."""
     from hypothesis import HealthCheck, Phase, assume, given, reject, settings
+    from hypothesis.errors import Unsatisfiable
     from hypothesis import strategies as st
 
     layout = layout if isinstance(layout, LayoutDomain) else _domain(layout)
@@ -133,7 +134,14 @@ def check_coverage(kernel: TritonJitKernel, config: dict[str, Any] | None = None
                 raise AssertionError(f"{kernel.describe(binary)} misses every warmed binary: "
                                      f"{kernel.layouts.explain_miss(binary, layouts)}")
 
-        a_drawn_launch_hits_a_warmed_binary()
+        try:
+            a_drawn_launch_hits_a_warmed_binary()
+        except Unsatisfiable:
+            raise AssertionError(
+                f"{kernel.name}: no launch drawn from the layout domain fits it (values of "
+                f"{', '.join(layout.values) or 'nothing'}): a value no drawn size gives (the stand-in dimension "
+                "__call__ reads it from does not vary: declare it in the Tensor's varying), or sizes the public "
+                "function refuses") from None
     return len(checked)
 
 

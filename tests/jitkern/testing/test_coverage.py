@@ -93,6 +93,21 @@ def test_a_contiguous_stride_over_a_varying_dimension_is_warmed_in_every_class()
         check_coverage(kernel, config, warmed=base_only, max_examples=200)
 
 
+def test_values_no_drawn_launch_can_take_are_named_not_left_to_hypothesis():
+    """n_elements read from stand-ins whose size never varies: values other than theirs are
+    drawn by no launch, which hypothesis calls Unsatisfiable; the checker says why."""
+    from jitkern import Tensor
+    from jitkern.examples.axpy import AxpyKernel
+
+    class FixedSizeAxpy(AxpyKernel):
+        name = "test.axpy_fixed_size"
+        stand_ins = {name: Tensor(("block_size",), "dtype", varying=()) for name in ("x", "y", "out")}
+
+    with pytest.raises(AssertionError, match=r"^test\.axpy_fixed_size: no launch drawn from the layout domain fits it "
+                                             r"\(values of n_elements\): a value no drawn size gives"):
+        check_coverage(FixedSizeAxpy(), {"dtypes": ["float32"]}, {"values": {"n_elements": [3000]}}, max_examples=10)
+
+
 def test_a_plain_stand_in_of_another_type_than_the_launcher_takes_is_drawn_as_that_type():
     """An int ``alpha`` stand-in warms an i32 (or constexpr 1) binary, but ``axpy`` passes
     ``float(alpha)``, which specialises as fp32: every real call would compile. The checker
