@@ -135,9 +135,12 @@ def argument_domains(kernel: Any, kwargs: dict[str, Any], base: dict[str, str],
             varies = tensor not in stand_ins or stand_ins[tensor].stride_varies(dim)
             values = layout.stride_values(tensor, dim) or layout.values.get(param.name)
             every = int_classes(param, kernel.large_ints)
-            domains[param.name] = (_classes(param, values, kernel.large_ints, also=every if varies else (text,))
-                                   if values else every if varies or layout.allows_any_stride(tensor, dim)
-                                   else (text,))
+            grown = every  # the classes a stride that varies with the sizes takes
+            if tensor in stand_ins and stand_ins[tensor].stride_of_sixteens(dim):
+                grown = tuple(dict.fromkeys(int_text(param, 16 * n) for n in (1, *([2**28] if kernel.large_ints else ()))))
+            domains[param.name] = (_classes(param, values, kernel.large_ints, also=grown if varies else (text,))
+                                   if values else every if layout.allows_any_stride(tensor, dim)
+                                   else grown if varies else (text,))
         elif param.name in kernel.pinned_by_key:
             domains[param.name] = (text,)
         elif param.name in layout.values:

@@ -58,6 +58,13 @@ class TritonWarmupTensor:
         a later dimension varies."""
         return self.is_contiguous() and any(later > dim for later in self.varying)
 
+    def stride_of_sixteens(self, dim: int) -> bool:
+        """Whether the stride of ``dim`` stays a multiple of 16 whatever the varying sizes:
+        the tensor is contiguous and its later fixed sizes multiply to one (``[T, heads,
+        128]``: ``heads * 128``), so a stride that varies takes that class alone."""
+        fixed = math.prod(size for later, size in enumerate(self.shape) if later > dim and later not in self.varying)
+        return self.is_contiguous() and fixed % 16 == 0
+
     def data_ptr(self) -> int:
         return 0 if self.aligned else _UNALIGNED_ADDRESS
 

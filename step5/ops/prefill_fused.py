@@ -31,24 +31,19 @@ def two_launches(tokens: int, requests: int) -> bool:
 
 
 def launch_pdl(device: torch.device) -> bool:
-    """PDL for launches on ``device``: NVIDIA sm_90 and newer (``device_has_pdl``),
-    ``LAUNCH_PDL`` permitting."""
+    """PDL for launches on ``device`` where the GPU has it (``device_has_pdl``), ``LAUNCH_PDL`` permitting."""
     return LAUNCH_PDL and device_has_pdl(device)
 
 
-def launched_with_the_gpus_pdl(kernel: Any, key: Any, target: Any) -> bool:
-    """Each GPU takes one of a key's two PDL variants, the one ``launch_pdl`` picks there."""
+def launched_on_its_gpu(kernel: Any, key: Any, target: Any) -> bool:  # the PDL variant launch_pdl picks there
     return key.launch_pdl == (LAUNCH_PDL and target.gpu_has_pdl)
 
 
-# --- the filled build: every metadata row written by the kernel ------------------------------
-
-
-class BuildFilledPrefillGroupsKernel(Step5Kernel):
+class BuildFilledPrefillGroupsKernel(Step5Kernel):  # the filled build: every metadata row written by the kernel
     name = "step5.build_prefill_groups_filled"
     kernel = build_prefill_groups_filled_kernel
     arguments = BUILD
-    launched_on = launched_with_the_gpus_pdl
+    launched_on = launched_on_its_gpu
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)
@@ -74,16 +69,13 @@ class BuildFilledPrefillGroupsKernel(Step5Kernel):
             result=out)
 
 
-# --- summaries and ring writes in one launch ---------------------------------------------------
-
-
-class PrefillUpdateKernel(SummaryKernel):
+class PrefillUpdateKernel(SummaryKernel):  # summaries and ring writes in one launch
     name = "step5.prefill_update"
     kernel = prefill_update_kernel
     compile_cost = 2.0  # seconds a key on our CPU machine, about: 1.7x the summary kernel's in a serial warmup
     maxnreg = PREFILL_MAXNREG
     arguments = UPDATE
-    launched_on = launched_with_the_gpus_pdl
+    launched_on = launched_on_its_gpu
 
     @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)

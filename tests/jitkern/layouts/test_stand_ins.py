@@ -1,9 +1,16 @@
+"""Stand-ins: their strides, the stride a launch passes, and the classes a stride takes."""
+
+from dataclasses import dataclass
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
-from jitkern import TritonWarmupTensor, launch_stride
+from jitkern import (Arg, Arguments, Config, LaunchSpec, TritonJitKernel, TritonWarmupTensor, dtype_of, kernel_launcher,
+                     launch_stride, size_of)
 from jitkern.layouts.specialisation import representative
 
 
@@ -81,3 +88,47 @@ def test_a_launch_stride_of_a_dimension_of_size_1_is_the_usual_one_where_given(r
     stand_in = TritonWarmupTensor(torch.float32, shape=(1, width), strides=(2 * width, 1)).named("kv")
     traced = launch_stride(stand_in, 0, usual=7)
     assert traced == 2 * width and (traced.tensor, traced.dim) == ("kv", 0)
+
+
+@triton.jit
+def _double_heads_kernel(Q, q_token_stride, q_head_stride, HEAD_DIM: tl.constexpr):
+    # q[t, h, :] *= 2, one program per (token, head)
+    at = Q + tl.program_id(0) * q_token_stride + tl.program_id(1) * q_head_stride + tl.arange(0, HEAD_DIM)
+    tl.store(at, tl.load(at) * 2)
+
+
+class DoubleHeads(TritonJitKernel):
+    """q [tokens, heads, head_dim] dense: tokens and heads vary, the key holds head_dim."""
+
+    name = "test.double_heads"
+    kernel = _double_heads_kernel
+    arguments = Arguments(q=Arg("tokens heads head_dim", (torch.bfloat16,), contiguous=True))
+
+    @dataclass(frozen=True, kw_only=True)
+    class CompileKey:
+        dtype: str = dtype_of("q", warm=["bfloat16"])
+        head_dim: int = size_of("q", 2, constexpr="HEAD_DIM", warm=Config("head_dims", list[int]))
+
+    @kernel_launcher
+    def __call__(self, compile_key, q) -> LaunchSpec:
+        return LaunchSpec(grid=(q.shape[0], q.shape[1]),
+                          kwargs=dict(Q=q, q_token_stride=launch_stride(q, 0), q_head_stride=launch_stride(q, 1)))
+
+
+def test_a_stride_over_varying_sizes_and_a_fixed_multiple_of_16_is_warmed_in_that_class_alone():
+    """heads * 128 is a multiple of 16 whatever heads is: one binary; heads * 24 is not always."""
+    stand_in = TritonWarmupTensor(torch.bfloat16, shape=(16, 16, 128), varying=(0, 1))
+    assert stand_in.stride_of_sixteens(0) and stand_in.stride_of_sixteens(1)
+    assert not TritonWarmupTensor(torch.bfloat16, shape=(16, 16, 24), varying=(0, 1)).stride_of_sixteens(0)
+    kernel = DoubleHeads()
+    for head_dim, binaries in ((128, 1), (24, 3)):
+        keys = kernel.get_warmup_keys(head_dims=[head_dim])
+        assert len(kernel.layouts.binary_keys(keys)) == binaries, head_dim
+
+
+@pytest.mark.compiled
+@pytest.mark.parametrize("head_dim", [128, 24])
+def test_launches_of_any_heads_hit_the_binaries_warmed_for_them(head_dim):
+    from jitkern.testing import check_coverage
+
+    assert check_coverage(DoubleHeads(), {"head_dims": [head_dim]}, max_examples=60) > 0
