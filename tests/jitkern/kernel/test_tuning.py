@@ -77,6 +77,7 @@ def test_a_bucket_without_a_winner_warns_once_under_the_guard_and_is_refused_in_
     guard.set_mode("error")
     with pytest.raises(guard.UntunedBucket):  # after warn mode let it by, error mode refuses it again
         kernel(x, torch.empty_like(x))
+    guard.set_mode("warn")  # the table's winner compiles on a GPU: a serve-time compile, warned
     kernel.winners.take({("float32", 1024): CONFIGS[0]}, "its table")
     with warnings.catch_warnings():
         warnings.simplefilter("error", guard.UntunedBucketWarning)  # a GPU compiles the first call
