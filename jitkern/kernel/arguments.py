@@ -120,7 +120,7 @@ class Checked:
 class Arguments:
     """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
     argument, a ``range`` for an int within it, ``float`` for a real number (an int too, not a
-    bool); a dimension named as an int argument is that argument's value. ``sizes`` bounds
+    bool), ``bool`` for a bool; a dimension named as an int argument is that argument's value. ``sizes`` bounds
     named sizes (``tokens=range(2**30)``). ``relations``: what no shape states (rows a ring
     must hold for its capacity), a function of the call and the ``Checked`` sizes raising
     ``ValueError``, run after the shapes and before the index values, so that an error
@@ -130,8 +130,9 @@ class Arguments:
                  relations: Callable[[Mapping[str, Any], Checked], None] | None = None,
                  **arguments: Arg | type) -> None:
         for name, declared in arguments.items():
-            if not (isinstance(declared, (Arg, range)) or declared in (int, float)):
-                raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int, a range of ints or float")
+            if not (isinstance(declared, (Arg, range)) or declared in (int, float, bool)):
+                raise TypeError(f"Arguments: {name} is {declared!r}; expected an Arg, int, a range of ints, float "
+                                "or bool")
         self.arguments, self.relations = arguments, relations
         self.sizes = dict(sizes or {})
         self.valued = {name: declared.values for name, declared in arguments.items()
@@ -189,9 +190,9 @@ class Arguments:
         tensors: dict[str, torch.Tensor] = {}
         for name, declared in self.arguments.items():
             value = call[name]
-            if declared is float:
-                if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                    raise ValueError(f"{name}: expected a float, got {type(value).__name__}")
+            if declared is float or declared is bool:
+                if isinstance(value, bool) != (declared is bool) or not isinstance(value, numbers.Real):
+                    raise ValueError(f"{name}: expected a {declared.__name__}, got {type(value).__name__}")
             elif declared is int or type(declared) is range:
                 check_int(name, value)
                 if type(declared) is range and value not in declared:

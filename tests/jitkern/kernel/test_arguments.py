@@ -98,8 +98,17 @@ def test_a_float_argument_takes_any_real_number_but_a_bool():
             declared.check(dict(eps=eps))
 
 
+def test_a_bool_argument_takes_a_bool_alone():
+    declared = Arguments(renormalize=bool)
+    for value in (True, False):
+        declared.check(dict(renormalize=value))
+    for value, said in ((1, "int"), (0.0, "float"), ("yes", "str"), (None, "NoneType")):
+        with pytest.raises(ValueError, match=f"^renormalize: expected a bool, got {said}$"):
+            declared.check(dict(renormalize=value))
+
+
 def test_declarations_that_cannot_work_are_refused_where_made():
-    with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int, a range of ints or float$"):
+    with pytest.raises(TypeError, match="^Arguments: x is 3; expected an Arg, int, a range of ints, float or bool$"):
         Arguments(x=3)
     with pytest.raises(ValueError, match="do not match shape"):
         Arg("a b", torch.float32, strides="_")
