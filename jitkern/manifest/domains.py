@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from jitkern.layouts.domains import LayoutDomain
+from jitkern.layouts.specialisation import runtime_params
 from jitkern.layouts.values import EmptyDomain, ValueDomain, domain_of
 from jitkern.manifest.schema import LayoutDomainSchema, ManifestError
 
@@ -94,6 +95,11 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
             refusal = _refusal(kernel, "strided", name) if stride else ""
             if refusal:
                 raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
+            if not stride and name in _unspecialised(kernel):
+                if manifests:
+                    continue  # the manifest's values are for the kernels that specialise it
+                raise ManifestError(f"{field}: {name} is do_not_specialize in {kernel.kernel.__name__}: one binary "
+                                    "takes all its values, so values here choose nothing; leave it out")
             values[name] = _domain(field, document, getattr(kernel, "large_ints", False))
             low, high = values[name].bounds()
             if stride and low is not None and low < 0:
@@ -103,6 +109,12 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
                 raise ManifestError(f"{field}: {kernel.name}'s public function refuses integers of 2**31 or more "
                                     "(its binaries keep them i32)")
     return values
+
+
+def _unspecialised(kernel: Any) -> set[str]:
+    """The kernel's runtime integers Triton does not specialise on (``do_not_specialize``)."""
+    jit = getattr(kernel, "kernel", None)
+    return {param.name for param in runtime_params(jit) if param.do_not_specialize} if jit is not None else set()
 
 
 def _offsets(field: str, kernel: Any, tensor: str, document: Any) -> ValueDomain:

@@ -328,3 +328,15 @@ def test_a_key_holding_a_torch_dtype_loads_back_from_what_the_guard_records(tmp_
     with pytest.raises(ManifestError, match=r"kernels\[0\]\.keys\[0\]\.dtype: expected a torch dtype's "
                                             r"name such as 'float16', got 'torch.floaty'"):
         load_manifest(write(tmp_path, document))
+
+
+def test_values_for_an_integer_triton_does_not_specialise_are_refused(tmp_path):
+    """The GEMM's num_pairs is do_not_specialize: values there would choose nothing and a
+    launch outside them would never be named, so the manifest says so where it is read."""
+    document = json.loads((EXAMPLE.parent / "grouped-gemm-h200.json").read_text())
+    document["kernels"] = document["kernels"][:1]
+    document["kernels"][0]["layout"] = {"values": {"num_pairs": [64]}}
+    with pytest.raises(ManifestError, match=r"kernels\[0\]\.layout\.values\['num_pairs'\]: num_pairs is "
+                                            r"do_not_specialize in grouped_gemm_kernel: one binary takes all its "
+                                            r"values, so values here choose nothing; leave it out$"):
+        load_manifest(write(tmp_path, document))
