@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import math
 from typing import Any, Callable
 
 import torch
@@ -225,9 +226,14 @@ class Declaration:
                 raise ValueError(f"{self.name}.CompileKey.{name} declares no warm values: the kernel writes its own "
                                  "get_warmup_keys")
             names.append(name)
-            choices.append(values)
+            choices.append(list(dict.fromkeys(values)))  # a value listed twice is one key
         self.selector_rows(config)  # checked as the fields' values are, though no key holds them
         candidates = self.winners.candidates if self.winners is not None else ({},)
+        rows = math.prod(len(values) for values in choices) * len(candidates)
+        if rows > MAX_KEY_ROWS:  # one config list read by several fields multiplies itself
+            raise ValueError(f"{self.name}: this config gives {rows} combinations of key fields "
+                             f"({' x '.join(str(len(values)) for values in choices)}), more than {MAX_KEY_ROWS}: "
+                             "split it")
         return list(dict.fromkeys(self.key_of({**dict(zip(names, row)), **candidate})
                                   for row in itertools.product(*choices) for candidate in candidates))
 
@@ -331,6 +337,8 @@ class Declaration:
                 if field.kind == "value" and field.function is None}
 
 
+MAX_KEY_ROWS = 100_000
+"""The most combinations of key field values one config may give (keys are compiled, locked, loaded)."""
 FLOAT_STAND_IN = 1.5
 """A ``float`` argument's stand-in where none is declared: Triton passes any float as fp32,
 specialising on no value, so every float launches the same binary."""

@@ -312,3 +312,17 @@ def test_record_launches_records_a_dot_kernel_and_in_dry_run_runs_nothing():
     with record_launches() as launches:
         _Matmul()(a.half(), a.half(), out)
     assert len(launches) == 1 and not (out == 7).all()
+
+
+def test_a_config_list_read_by_several_fields_is_deduplicated_and_bounded():
+    """One list warming three fields multiplies itself: a value given twice is one key, and
+    more combinations than keys could be compiled is a ValueError naming the product."""
+    sizes = Config("sizes", list[int], choices=range(1, 2**31))
+    key_class = _key_class(dtype=dtype_of("x", warm=["float32"]), width=size_of("x", 1, constexpr="WIDTH", warm=sizes),
+                           scale=argument("scale", constexpr="SCALE", warm=sizes),
+                           rows=computed(lambda x: x.shape[0], warm=sizes))
+    kernel = scale_rows("test.declared.one_list_three_fields", CompileKey=key_class)()
+    assert kernel.get_warmup_keys(sizes=[8, 8, 16, 8]) == kernel.get_warmup_keys(sizes=[8, 16])
+    with pytest.raises(ValueError, match=r"ScaleRows: this config gives 125000 combinations of key fields "
+                                         r"\(1 x 50 x 50 x 50\), more than 100000: split it"):
+        kernel.get_warmup_keys(sizes=list(range(1, 51)))
