@@ -119,12 +119,12 @@ class Checked:
 
 class Arguments:
     """A public function's declared arguments: ``Arg`` for a tensor, ``int`` for an int
-    argument, a ``range`` for an int within it, ``float`` for a real number (an int too, not a
-    bool), ``bool`` for a bool; a dimension named as an int argument is that argument's value. ``sizes`` bounds
-    named sizes (``tokens=range(2**30)``). ``relations``: what no shape states (rows a ring
-    must hold for its capacity), a function of the call and the ``Checked`` sizes raising
-    ``ValueError``, run after the shapes and before the index values, so that an error
-    names the argument that is wrong."""
+    argument, a ``range`` for an int within it, ``float`` for a real number (an int too, not
+    a bool), ``bool`` for a bool; a dimension named as an int argument is that argument's
+    value. ``sizes`` bounds named sizes (``tokens=range(2**30)``). ``relations``: what no
+    shape states (rows a ring must hold for its capacity), a function of the call and the
+    ``Checked`` sizes raising ``ValueError``, run after the shapes and before the index
+    values, so that an error names the argument that is wrong."""
 
     def __init__(self, *, sizes: Mapping[str, range] | None = None,
                  relations: Callable[[Mapping[str, Any], Checked], None] | None = None,

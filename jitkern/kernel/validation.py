@@ -111,10 +111,9 @@ def device_has_pdl(device: torch.device) -> bool:
     device takes is the one compiled for that device's target. Where the target denies PDL
     anyway (``JITKERN_PORTABLE_PATHS=1``), the key asking for it builds the plain kernel and
     jitkern launches it without PDL (``jitkern.targets.fit_launch_options``)."""
-    if device.type == "cpu":  # a dry run or a compile-only test: as on the GPU of the target compiled for
-        return targets.current().gpu_has_pdl
     if device.type != "cuda" or torch.version.hip is not None:  # ROCm's torch calls its GPUs cuda too
-        return False
+        # CPU tensors: a dry run or a compile-only test, as on the GPU of the target compiled for
+        return device.type == "cpu" and targets.current().gpu_has_pdl
     return _capability_major(device.index if device.index is not None else torch.cuda.current_device()) >= 9
 
 

@@ -73,6 +73,7 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
     a stride the public function fixes, or values it refuses (beyond i32 where
     ``large_ints`` is False, a negative stride) are one error naming the field."""
     values = {}
+    unspecialised = _unspecialised(kernel)
     for at, domain, manifests in ((f"{where}.layout", own, False), (f"{path}: layout", shared, True)):
         for name, document in domain.values.items():
             if manifests and name in values:
@@ -95,7 +96,7 @@ def _kernel_values(where: str, path: Path, kernel: Any, tensors: dict[str, int],
             refusal = _refusal(kernel, "strided", name) if stride else ""
             if refusal:
                 raise ManifestError(f"{field}: {kernel.name}'s public function requires {refusal}")
-            if not stride and name in _unspecialised(kernel):
+            if not stride and name in unspecialised:
                 if manifests:
                     continue  # the manifest's values are for the kernels that specialise it
                 raise ManifestError(f"{field}: {name} is do_not_specialize in {kernel.kernel.__name__}: one binary "
