@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
@@ -21,7 +20,6 @@ class CompressWindowsKernel(WindowKernel):
     compile_cost = 0.25  # seconds a key on our CPU machine
     kernel = compress_windows_kernel
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(WindowKey):
         req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)
         launch_pdl: bool = argument("launch_pdl", option="launch_pdl", warm=LAUNCH_PDL)

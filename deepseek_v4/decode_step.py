@@ -3,7 +3,6 @@ launches leave it (``docs/spec/deepseek-v4-compressor.md``, "The fused decode st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +22,6 @@ class DecodeStepKernel(WindowKernel):
     kernel = decode_step_kernel
     stand_ins = dict(**WindowKernel.stand_ins, **projection_views(key_width), slot_mapping=Tensor((1,)))  # both halves'
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(WindowKey):
         slot_mapping_dtype: str = dtype_of("slot_mapping", warm=INDEX_DTYPE_NAMES)
         req_indices_dtype: str = dtype_of("req_indices", warm=INDEX_DTYPE_NAMES)

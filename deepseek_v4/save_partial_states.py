@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,7 +23,6 @@ class SavePartialStatesKernel(TritonJitKernel):
     stand_ins = dict(**projection_views(lambda key: key.head_size), positions=Tensor((1,)), slot_mapping=Tensor((1,)),
                      state_cache=Tensor((1, "block_size", lambda key: key.state_width + key.head_size), "dtype"))
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
         head_size: int = size_of("kv", -1, constexpr="HEAD_SIZE", warm=STATE_WIDTH)  # H
         state_width: int = argument("state_width", constexpr="STATE_WIDTH", warm=STATE_WIDTH)

@@ -4,7 +4,6 @@ the Triton body and the sorting: ``jitkern.examples.kernels.grouped_gemm``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,7 +61,6 @@ class GroupedGemmKernel(TritonJitKernel):
     pinned_by_key = frozenset({"N", "K"})
     tuning = TUNING
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
         dtype: str = dtype_of("a", warm=DTYPES)  # a, b and out
         n: int = size_of("b", 1, warm=_size("n"))  # pinned: one class

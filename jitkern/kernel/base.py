@@ -44,7 +44,8 @@ class JitKernel(Generic[CompileKeyT]):
     """A kernel whose binaries are named by a frozen ``CompileKey`` dataclass.
 
     Subclasses set ``name`` (the stable registry name used by manifests) and a nested
-    ``CompileKey``, and implement ``dispatch``, ``get_warmup_keys`` and ``compile``.
+    ``CompileKey`` (a plain class is made a frozen, keyword-only dataclass), and implement
+    ``dispatch``, ``get_warmup_keys`` and ``compile``.
     ``dispatch`` must be a pure function of hashable arguments: it is memoised, since it
     runs on every launch and building a frozen dataclass is the slow part.
     Each class has one instance (``Kernel()`` always returns it), so that what warmup
@@ -65,6 +66,9 @@ class JitKernel(Generic[CompileKeyT]):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         cls._instance = None
+        key_class = cls.__dict__.get("CompileKey")
+        if isinstance(key_class, type) and "__dataclass_fields__" not in key_class.__dict__:
+            cls.CompileKey = dataclasses.dataclass(frozen=True, kw_only=True)(key_class)  # what every key must be
         if "dispatch" in cls.__dict__:
             cls.dispatch = _memoised(cls.__dict__["dispatch"])
         if "kernel" in cls.__dict__:  # a @triton.jit function, or one in Triton's wrappers (jitkern.kernel.adopt)

@@ -1,9 +1,9 @@
 """A kernel declared once: each compile-key field says where a call's value comes from, and
 how a deployment's config enumerates it; each tensor its usual stand-in.
 
-A field of a kernel's ``CompileKey`` is declared by its default::
+A field of a kernel's ``CompileKey`` (a plain class, made a frozen, keyword-only
+dataclass) is declared by its default::
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
         dtype: str = dtype_of("x", warm=DTYPES)                  # x.dtype's name
         block_size: int = argument("block_size", constexpr="BLOCK_SIZE", warm=[1024])
@@ -15,7 +15,7 @@ product of each field's warm values; the manifest config's parameters are the ``
 objects named), the constexprs and launch options of ``constants(key)`` and, with the
 class's ``stand_ins`` (a ``Tensor`` per tensor argument, a value per plain one), its
 ``warmup_inputs``. What is not plain (a spec table, a per-target path) stays
-a method the kernel writes. ``kw_only=True`` lets fields with and without defaults mix.
+a method the kernel writes. Keyword-only fields with and without defaults mix.
 Fields declared ``tuned()`` are picked by the kernel's tuning space
 (``jitkern.kernel.tuning``). ``jitkern.kernel.declaration`` makes all of this.
 """

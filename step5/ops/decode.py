@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
@@ -21,7 +20,6 @@ class UpdateDecodeKernel(SummaryKernel):
     maxnreg = 200  # ptxas issues all 14 ring loads at once (spec, "Register caps")
     arguments = DECODE
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):
         slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)

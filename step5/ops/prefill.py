@@ -3,7 +3,6 @@ a program per closed region, then the ring writes (``docs/spec/step5-csa.md``, "
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,7 +37,6 @@ class BuildPrefillGroupsKernel(Step5Kernel):
     kernel = build_prefill_groups_kernel
     arguments = BUILD
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # sizes and the positions stride are not specialised: only index dtypes select a binary
         slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
@@ -73,7 +71,6 @@ class PrefillSummaryKernel(SummaryKernel):
     maxnreg = PREFILL_MAXNREG
     arguments = UPDATE
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)
@@ -95,7 +92,6 @@ class WriteRingKernel(Step5Kernel):
     kernel = write_ring_kernel
     arguments = UPDATE
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:
         ring_slots_dtype: str = dtype_of("ring_slots", warm=RING_INDEX_DTYPES)
         num_warps: int = fixed(1, option="num_warps")

@@ -3,7 +3,6 @@ tokens, both with PDL where the GPU has it (``docs/spec/step5-csa.md``, "Prefill
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -45,7 +44,6 @@ class BuildFilledPrefillGroupsKernel(Step5Kernel):  # the filled build: every me
     arguments = BUILD
     launched_on = launched_on_its_gpu
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey:  # index dtypes, and PDL or not (PDL on GPUs that have it, plain elsewhere)
         slots_dtype: str = dtype_of("slots", warm=SLOT_DTYPES)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
@@ -77,7 +75,6 @@ class PrefillUpdateKernel(SummaryKernel):  # summaries and ring writes in one la
     arguments = UPDATE
     launched_on = launched_on_its_gpu
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):  # positions and ring metadata dtypes, and PDL or not (PDL on GPUs that have it)
         positions_dtype: str = dtype_of("positions", warm=POSITION_DTYPES)
         ring_base_dtype: str = dtype_of("ring_base", warm=RING_INDEX_DTYPES)

@@ -3,7 +3,6 @@ tokens in position order; no host metadata (``docs/spec/step5-csa.md``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 
@@ -26,7 +25,6 @@ class UpdateVerifyKernel(SummaryKernel):
                      query_start_loc=Tensor((5,), varying=()), seq_lens=Tensor((4,), varying=()),
                      ring_base=Tensor((lambda key: 4 * key.query_len,), varying=()))
 
-    @dataclass(frozen=True, kw_only=True)
     class CompileKey(SummaryKey):
         query_len: int = computed(lambda slots, seq_lens: slots.shape[0] // seq_lens.shape[0], constexpr="Q",
                                   warm=DRAFT_TOKENS)  # q = 1 + draft tokens

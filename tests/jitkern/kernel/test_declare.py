@@ -326,3 +326,35 @@ def test_a_config_list_read_by_several_fields_is_deduplicated_and_bounded():
     with pytest.raises(ValueError, match=r"ScaleRows: this config gives 125000 combinations of key fields "
                                          r"\(1 x 50 x 50 x 50\), more than 100000: split it"):
         kernel.get_warmup_keys(sizes=list(range(1, 51)))
+
+
+def test_a_plain_compile_key_class_is_made_a_frozen_keyword_only_dataclass():
+    """No rule to remember: the key of a plain nested class is frozen and keyword-only (a
+    subclass of a dataclass key too); a dataclass that is not frozen is refused."""
+    import dataclasses
+
+    from jitkern.kernel.base import JitKernel
+
+    @dataclass(frozen=True, kw_only=True)
+    class Shared:
+        dtype: str = dtype_of("x", warm=["float32"])
+
+    for key_class in (type("CompileKey", (), {"__annotations__": {"width": int},
+                                              "width": size_of("x", 1, constexpr="WIDTH", warm=[64])}),
+                      type("CompileKey", (Shared,), {"__annotations__": {"width": int},
+                                                     "width": size_of("x", 1, constexpr="WIDTH", warm=[64])})):
+        made = type("Plain", (JitKernel,), dict(CompileKey=key_class))
+        assert made.CompileKey.__dataclass_params__.frozen
+        assert [field.name for field in dataclasses.fields(made.CompileKey)][-1] == "width"
+        values = {field.name: 64 for field in dataclasses.fields(made.CompileKey)}
+        with pytest.raises(TypeError):
+            made.CompileKey(*values.values())  # keyword-only
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.CompileKey(**values).width = 32
+
+    @dataclass(kw_only=True)
+    class Mutable:
+        width: int = 64
+
+    with pytest.raises(TypeError, match="CompileKey must be frozen"):
+        type("Mutable", (JitKernel,), dict(name="test.declared.mutable", CompileKey=Mutable))
