@@ -24,17 +24,6 @@ def default_tile(batch: int) -> dict[str, int]:
     return TILES[0 if batch < 32 else 3 if batch < 64 else 6]
 
 
-def tuning_inputs(key: Any, device: Any, *, experts: int, batch: int) -> dict[str, Any]:
-    """What ``tune`` times a candidate on: ``batch`` tokens routed at random to ``experts`` experts."""
-    dtype = getattr(torch, key.dtype)
-    ids = torch.rand(batch, experts, device=device).argsort(dim=1)[:, : key.top_k]
-    return dict(a=torch.randn(batch, key.k, dtype=dtype, device=device),
-                b=(torch.randn(experts, key.n, key.k, device=device) * key.k**-0.5).to(dtype),
-                out=torch.empty(batch, key.top_k, key.n, dtype=dtype, device=device),
-                topk_weights=torch.rand(batch, key.top_k, device=device) if key.mul_routed_weight else None,
-                **sort_by_expert(ids, experts, key.block_size_m)._asdict())
-
-
 SIZE = range(1, 2**31)
 ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1"), b=Arg("E N K", "a", strides="_ _ 1"),
                       topk_ids=Arg("M top_k", INDEX_DTYPES, values=Within(0, "E")),
@@ -50,8 +39,27 @@ def _size(name: str) -> Config:
 DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
 MAX_TOKENS = Config("max_tokens", int, choices=SIZE, expand=BATCHES.upto)  # every bucket up to it is tuned
 STAND_IN_TOKENS = 16  # any batch: the binary is the same for all
-TUNING = TuningSpace(TILES, default=default_tile, inputs=tuning_inputs, by=dict(  # selected as in vLLM's files
-    experts=size_of("b", 0, warm=_size("experts")), batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)))
+
+
+@public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")
+def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``c [M, top_k, N]``, as ``ARGUMENTS`` and the kernel module's formula say. Every call runs in full:
+    ``public_call`` plans no ``torch_step``, which returns one tensor, for the sorting's three."""
+    checked = ARGUMENTS.check(locals())
+    tokens, top_k, n = checked.M, checked.top_k, checked.N
+    if padded_capacity(tokens * top_k, checked.E, LARGEST_BLOCK_M) >= 2**31:
+        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
+    c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
+    if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
+        kernel = GroupedGemmKernel()
+        block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).block_size_m  # of the tile it launches
+        kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], block_m), topk_weights)
+    return c
+
+
+TUNING = TuningSpace(TILES, default=default_tile, calls=grouped_gemm, by=dict(  # selected as in vLLM's files
+    experts=size_of("b", 0, warm=_size("experts")), batch=size_of("a", 0, buckets=BATCHES, warm=MAX_TOKENS)))
 
 
 class GroupedGemmKernel(TritonJitKernel):
@@ -95,20 +103,3 @@ class GroupedGemmKernel(TritonJitKernel):
 
 def _capacity(key: Any) -> int:
     return padded_capacity(STAND_IN_TOKENS * key.top_k, key.top_k, key.block_size_m)
-
-
-@public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")
-def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    """``c [M, top_k, N]``, as ``ARGUMENTS`` and the kernel module's formula say. Every call runs in full:
-    ``public_call`` plans no ``torch_step``, which returns one tensor, for the sorting's three."""
-    checked = ARGUMENTS.check(locals())
-    tokens, top_k, n = checked.M, checked.top_k, checked.N
-    if padded_capacity(tokens * top_k, checked.E, LARGEST_BLOCK_M) >= 2**31:
-        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
-    c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
-    if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
-        kernel = GroupedGemmKernel()
-        block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).block_size_m  # of the tile it launches
-        kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], block_m), topk_weights)
-    return c

@@ -24,6 +24,7 @@ from jitkern import settings, targets
 from jitkern.kernel import registry
 from jitkern.kernel.adopt import Adopted, adopt, adopt_autotuner, check_heuristics, heuristic_constants
 from jitkern.kernel.arguments import Arguments
+from jitkern.kernel.calls import NoCallFor, bound_values, random_call
 from jitkern.kernel.declaration import Declaration
 from jitkern.kernel.declare import METADATA, DeclarationError
 from jitkern.kernel.interpreter import calls_dot, refusing_bf16_dots
@@ -229,6 +230,14 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
         if self._declaration is None:
             raise NotImplementedError(f"{self.name}: declare its CompileKey fields and tensors, or write warmup_inputs")
         return self._declaration.stand_ins(key, self.stand_ins)
+
+    def random_call(self, key: CompileKeyT, selectors: dict[str, Any], absent: tuple[str, ...], device: Any) -> dict:
+        """Random arguments of the public function ``arguments`` declares, of ``key``'s and the
+        selectors' sizes and dtypes, the optional tensors in ``absent`` None (``jitkern.kernel.calls``)."""
+        if self._declaration is None or self.arguments is None:
+            raise NoCallFor(f"{self.name}: random calls need declared CompileKey fields and arguments")
+        values = {**{name: getattr(key, name) for name in self._declaration.fields}, **selectors}
+        return random_call(self.arguments, *bound_values(self._declaration.reading, self.arguments, values), absent, device)
 
     def launch_spec(self, *args: Any, **inputs: Any) -> LaunchSpec[CompileKeyT]:
         """The spec ``__call__`` would launch for these inputs, without launching."""

@@ -174,7 +174,7 @@ class Declaration:
                 reads.append(f"{field.reads[0]}.dtype")
             elif field.function is None:
                 reads.append(field.reads[0])
-            elif isinstance(field.function, Size):
+            elif isinstance(field.function, Size) and field.function.buckets is None:
                 reads.append(f"{field.reads[0]}.shape[{field.function.dim}]")
             else:
                 namespace[f"READ_{name}"] = field.function

@@ -110,9 +110,10 @@ def dtype_of(tensor: str, *, warm: Any = None) -> Any:
     return _field(Field("dtype", (tensor,), warm=warm))
 
 
-def size_of(tensor: str, dim: int, *, warm: Any = None, constexpr: str | None = None) -> Any:
-    """``tensor.shape[dim]``; its stand-in gets that size."""
-    return _field(Field("value", (tensor,), Size(dim), warm, constexpr))
+def size_of(tensor: str, dim: int, *, warm: Any = None, constexpr: str | None = None, buckets: Any = None) -> Any:
+    """``tensor.shape[dim]`` (with ``buckets``, a ``Buckets``: the bucket it falls in, a
+    tuning selector's batch); its stand-in gets that size."""
+    return _field(Field("value", (tensor,), Size(dim, buckets), warm, constexpr))
 
 
 def argument(name: str, *, warm: Any = None, constexpr: str | None = None, option: str | None = None,
@@ -154,9 +155,11 @@ def tuned(*, constexpr: str | None = None, option: str | None = None) -> Any:
 @dataclass(frozen=True)
 class Size:
     dim: int
+    buckets: Any = None  # a Buckets: the size's bucket
 
     def __call__(self, tensor: Any) -> int:
-        return tensor.shape[self.dim]
+        size = tensor.shape[self.dim]
+        return size if self.buckets is None else self.buckets.of(size)
 
 
 def _field(declaration: Field, default: Any = dataclasses.MISSING) -> Any:

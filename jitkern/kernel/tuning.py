@@ -5,9 +5,9 @@ A kernel declares its space once, beside its ``CompileKey``::
 
     tuning = TuningSpace(
         configs=[dict(block_m=16, num_warps=4), dict(block_m=64, num_warps=8)],  # each names every tuned field
-        by=dict(batch=computed(lambda a: BATCHES.of(a.shape[0]), warm=MAX_TOKENS)),
+        by=dict(batch=size_of("a", 0, buckets=BATCHES, warm=MAX_TOKENS)),
         default=lambda batch: ...,                                              # a candidate, for any bucket
-        inputs=real_inputs_of_a_bucket)                                         # what ``tune`` times
+        calls=public_function)                                                  # whose launch ``tune`` times
 
 A call's **bucket** is its key without the tuned fields, and the ``by`` values (selectors:
 read from the call like key fields, bucketed, but no part of the binary: two buckets that
@@ -21,10 +21,11 @@ nothing once a bucket has been seen.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import inspect
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 
 class TuningError(ValueError):
@@ -38,12 +39,15 @@ class TuningSpace:
     declaration read from the call, ``computed``/``size_of``/``argument``/``dtype_of``, with
     the ``warm`` values a deployment tunes); ``default``, the candidate a bucket takes when
     no table names one (a config, or a function of bucket fields named by its parameters;
-    None: the first candidate); ``inputs(key, device, **selectors)``, the real ``__call__``
-    arguments ``tune`` times a candidate key on (a bucket's shapes)."""
+    None: the first candidate). What ``tune`` times a candidate on, one of:
+    ``calls``, the public function whose kernel launch is timed, on random arguments of the
+    bucket's sizes drawn from the kernel's ``arguments``; ``inputs(key, device, **selectors)``,
+    the real ``__call__`` arguments of a bucket, written by hand."""
 
     configs: tuple = ()
     by: Mapping[str, Any] = field(default_factory=dict)
     default: Any = None
+    calls: Callable[..., Any] | None = None
     inputs: Callable[..., dict[str, Any]] | None = None
 
 
@@ -185,6 +189,19 @@ class Winners:
         self.rows, self.source = taken, source
         self._warned.clear()
         self._forget()  # memoised dispatch and public calls' plans hold keys picked before
+
+    @contextlib.contextmanager
+    def trying(self, bucket: tuple, config: Mapping[str, Any]) -> Iterator[None]:
+        """Calls of ``bucket`` launch the candidate ``config`` inside the block (what ``tune``
+        times through a public function), whatever a table says."""
+        rows, source = self.rows, self.source
+        self.rows = {**rows, tuple(bucket): self._known(self._candidate("trying", config), "a tried config")}
+        self._forget()
+        try:
+            yield
+        finally:
+            self.rows, self.source = rows, source
+            self._forget()
 
     def bucket_of(self, key: Any, selectors: Mapping[str, Any]) -> tuple:
         """The bucket of a compile key launched with these selector values."""

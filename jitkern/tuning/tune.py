@@ -2,9 +2,10 @@
 chosen by a fixed rule, a table per kernel.
 
 For each bucket of each tuned kernel of a deployment (``jitkern.tuning.deployment``), each
-candidate's key is launched on the inputs its space's ``inputs(key, device, **selectors)``
-makes (the bucket's shapes), through ``spec_for`` (the candidate itself, whatever a table
-says), and timed by a **timer**: ``timer(launch, key)`` returns the seconds of each sample.
+candidate's key is launched on the bucket's inputs: the launch a random call of the space's
+public function (``calls``) makes with the candidate tried for the bucket, or the inputs
+its ``inputs(key, device, **selectors)`` makes, through ``spec_for`` (the candidate itself,
+whatever a table says); and timed by a **timer**: ``timer(launch, key)`` returns the seconds of each sample.
 The timer is pluggable: ``CudaTimer`` on a GPU; tests pass one that returns set times,
 with the interpreter's or a dry run's launches. Nothing compiles: a candidate the cache
 lacks is ``CacheEntryUnusable`` (warm it first).
@@ -17,6 +18,7 @@ equal candidates never flips a table, and the order the space declares is a pref
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,7 +27,11 @@ from jitkern import settings
 from jitkern.cache.entries import CacheEntryUnusable
 from jitkern.cache.manager import refusing_compiles
 from jitkern.kernel import registry
+from jitkern.kernel.arguments import Arg
+from jitkern.kernel.calls import NoCallFor
+from jitkern.kernel.recording import record_launches
 from jitkern.kernel.tuning import config_name
+from jitkern.launch.spec import LaunchSpec
 from jitkern.layouts.binary_key import key_name
 from jitkern.manifest import Deployment
 from jitkern.tuning.deployment import Bucket, candidate_key, read, tuned_buckets
@@ -98,9 +104,9 @@ def tune(deployment: Deployment, target: str, gpu: str, timer: Timer, device: An
     with refusing:
         for name, buckets in tuned_buckets(deployment).items():
             kernel = registry.get_kernel(name)
-            if kernel.winners.space.inputs is None:
-                raise TuneError(f"{name}: its TuningSpace declares no inputs(key, device, **selectors) to time "
-                                "its candidates on")
+            if kernel.winners.space.inputs is None and kernel.winners.space.calls is None:
+                raise TuneError(f"{name}: its TuningSpace names no public function (calls=) nor inputs(key, device, "
+                                "**selectors) to time its candidates on")
             rows = []
             for done, bucket in enumerate(buckets, 1):
                 rows.append(_tune_bucket(kernel, bucket, timer, device))
@@ -118,8 +124,10 @@ def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
     medians = []
     for config in winners.candidates:
         key = candidate_key(bucket, config)
-        inputs = winners.space.inputs(key, device, **bucket.selectors)
-        spec = kernel.spec_for(key, **inputs)
+        if winners.space.calls is not None:
+            spec = _launch_of_call(kernel, bucket, config, key, device)
+        else:
+            spec = kernel.spec_for(key, **winners.space.inputs(key, device, **bucket.selectors))
         if spec.key != key:
             raise TuneError(f"{kernel.name}: its tuning inputs for [{key_name(key)}] launch [{key_name(spec.key)}]")
         try:
@@ -132,6 +140,33 @@ def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
     best = winner(medians)
     return Row(dict(zip(winners.bucket_names, bucket.values)), dict(winners.candidates[best]),
                {config_name(config): round(median * 1e6, 3) for config, median in zip(winners.candidates, medians)})
+
+
+def _launch_of_call(kernel: Any, bucket: Bucket, config: dict[str, Any], key: Any, device: Any) -> LaunchSpec:
+    """The launch of ``kernel`` a random call of its space's public function makes with
+    ``config`` tried for the bucket, recorded and not run. Which optional tensors the call
+    gives is tried in turn, all of them first, until the launch has ``key`` (a field such as
+    "routed weights given" is computed, not inverted)."""
+    calls = kernel.winners.space.calls
+    optional = [name for name, declared in (kernel.arguments.arguments if kernel.arguments else {}).items()
+                if isinstance(declared, Arg) and declared.optional]
+    launched = []
+    with kernel.winners.trying(bucket.values, config):
+        for count in range(len(optional) + 1):
+            for absent in itertools.combinations(optional, count):
+                try:
+                    call = kernel.random_call(key, bucket.selectors, absent, device)
+                except NoCallFor as error:
+                    raise TuneError(f"{kernel.name}: no call of {calls.__name__} for [{key_name(key)}]: {error}; "
+                                    "declare the size's field or selector, or write inputs=") from None
+                with record_launches(dry_run=True) as launches:
+                    calls(**call)
+                specs = [spec for launching, spec in launches if launching is kernel]
+                if specs and specs[0].key == key:
+                    return specs[0]
+                launched += [key_name(spec.key) for spec in specs[:1]]
+    raise TuneError(f"{kernel.name}: random calls of {calls.__name__} for [{key_name(key)}] launch "
+                    f"{', '.join(f'[{name}]' for name in dict.fromkeys(launched)) or 'nothing of it'}")
 
 
 def _timer_name(timer: Any) -> str:

@@ -5,6 +5,7 @@ kernel that a load then takes. The GPU's own timer runs in the gpu mode."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -13,6 +14,8 @@ import torch
 from tuned_kernels import CONFIGS, TunedDouble
 
 from jitkern.examples.grouped_gemm import TILES, GroupedGemmKernel
+from jitkern.kernel.calls import NoCallFor
+from jitkern.kernel.recording import record_launches
 from jitkern.manifest import resolve
 from jitkern.tuning import NOISE, CudaTimer, TuneError, store, take_tables, tune, winner
 
@@ -83,21 +86,54 @@ def test_the_grouped_gemm_is_timed_on_each_buckets_routed_batch(fresh, tmp_path)
     deployment, _ = resolve([manifest(tmp_path / "g.json", "jitkern.example.grouped_gemm", config,
                                       ["jitkern.examples.grouped_gemm"])], "cuda:90")
     faster_with_stages = SetTimes(lambda key: key.block_size_n / 64 - key.num_stages / 10 + key.num_warps / 100)
-    [table] = tune(deployment, "cuda:90", "NVIDIA H200", faster_with_stages, device="cpu")
+    with record_launches() as launches:
+        [table] = tune(deployment, "cuda:90", "NVIDIA H200", faster_with_stages, device="cpu")
     assert len(faster_with_stages.timed) == 2 * 2 * len(TILES)  # batches 1 and 2, weights or not
     assert {row.bucket["batch"] for row in table.rows} == {1, 2}
     assert all(row.config == TILES[0] for row in table.rows)  # n 64, 4 stages: within noise of the m32/m64 ones
+    # each launch timed is what grouped_gemm makes of a random call of the bucket: its batch, its experts, the
+    # routed weights given for the keys that multiply them, the pairs sorted into the candidate's blocks
+    assert [spec.key for _, spec in launches] == faster_with_stages.timed
+    for _, spec in launches:
+        inputs, key = spec.kwargs, spec.key
+        assert inputs["A"].shape == (inputs["num_pairs"] // 2, 32) and inputs["B"].shape == (4, 32, 32)
+        assert (inputs["TopkWeights"] is not None) == key.mul_routed_weight
+        ids, experts = inputs["SortedIds"], inputs["BlockExperts"]
+        assert ids.numel() % key.block_size_m == 0 and experts.numel() == ids.numel() // key.block_size_m
+        assert sorted(ids[ids < inputs["num_pairs"]].tolist()) == list(range(inputs["num_pairs"]))
+
+
+@pytest.mark.skipif(GPU, reason="the interpreter's flow")
+def test_a_call_whose_sizes_no_field_reads_is_refused_naming_the_size(fresh, tmp_path, monkeypatch):
+    kernel = GroupedGemmKernel()
+    key = kernel.get_warmup_keys(dtypes=["float16"], n=32, k=32, top_k=2, experts=4, max_tokens=1)[0]
+    call = kernel.random_call(key, {"experts": 4, "batch": 3}, ("out",), "cpu")
+    assert {name: None if value is None else tuple(value.shape) for name, value in call.items()} == dict(
+        a=(3, 32), b=(4, 32, 32), topk_ids=(3, 2), out=None, topk_weights=(3, 2))
+    assert call["a"].dtype == call["b"].dtype == torch.float16 and 0 <= call["topk_ids"].min() <= call["topk_ids"].max() < 4
+    with pytest.raises(NoCallFor, match=r"^a \[M K\]: no key field or selector reads M$"):
+        kernel.random_call(key, {"experts": 4}, (), "cpu")  # the batch selector not given: M unbound
+    config = {"dtypes": ["float16"], "n": 32, "k": 32, "top_k": 2, "experts": 4, "max_tokens": 1}
+    deployment, _ = resolve([manifest(tmp_path / "g.json", "jitkern.example.grouped_gemm", config,
+                                      ["jitkern.examples.grouped_gemm"])], "cuda:90")
+    drawn = GroupedGemmKernel.random_call
+    monkeypatch.setattr(GroupedGemmKernel, "random_call",
+                        lambda self, key, selectors, absent, device: drawn(self, key, {"experts": 4}, absent, device))
+    with pytest.raises(TuneError, match=r"jitkern.example.grouped_gemm: no call of grouped_gemm for \[dtype=float16,"
+                                        r".*\]: a \[M K\]: no key field or selector reads M; declare the size's field "
+                                        r"or selector, or write inputs="):
+        tune(deployment, "cuda:90", "NVIDIA H200", SetTimes(lambda key: 1.0), device="cpu")
 
 
 def test_a_space_with_no_inputs_or_inputs_of_another_key_cannot_be_tuned(fresh, tmp_path, monkeypatch):
     deployment, _ = resolve([manifest(tmp_path / "m.json", "test.tuned_double", {"max_size": 1})], "cuda:90")
     space = TunedDouble().winners.space
-    monkeypatch.setattr(TunedDouble().winners, "space", type(space)(space.configs, space.by, space.default, None))
-    with pytest.raises(TuneError, match=r"test.tuned_double: its TuningSpace declares no inputs\(key, device, "
-                                        r"\*\*selectors\)"):
+    monkeypatch.setattr(TunedDouble().winners, "space", dataclasses.replace(space, inputs=None))
+    with pytest.raises(TuneError, match=r"test.tuned_double: its TuningSpace names no public function \(calls=\) "
+                                        r"nor inputs\(key, device, \*\*selectors\)"):
         tune(deployment, "cuda:90", "NVIDIA H200", SetTimes(lambda key: 1.0), device="cpu")
     halves = lambda key, device, size: dict(x=torch.randn(size, dtype=torch.float16), out=torch.empty(size))  # noqa
-    monkeypatch.setattr(TunedDouble().winners, "space", type(space)(space.configs, space.by, space.default, halves))
+    monkeypatch.setattr(TunedDouble().winners, "space", dataclasses.replace(space, inputs=halves))
     with pytest.raises(TuneError, match=r"its tuning inputs for \[dtype=float32,block=64,num_warps=1\] launch "
                                         r"\[dtype=float16,block=64,num_warps=1\]"):
         tune(deployment, "cuda:90", "NVIDIA H200", SetTimes(lambda key: 1.0), device="cpu")
