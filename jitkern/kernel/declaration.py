@@ -106,6 +106,7 @@ class Declaration:
                     raise DeclarationError(f"{self.name}.stand_ins[{name!r}]: {item!r} is not a field of CompileKey")
         if getattr(cls, "arguments", None) is not None:
             self.usual = self._usual_stand_ins(cls.arguments)
+        self.optional = {name for name in self.usual if cls.arguments.arguments[name].optional}  # a call may pass None
         given = set(self.plain_reads()) | set(cls.stand_ins) | set(self.usual)
         for parameter in self.parameters if not writes_warmup_inputs else ():
             if parameter.name not in given and parameter.default is parameter.empty and not _takes_float(parameter):
@@ -303,7 +304,9 @@ class Declaration:
     def stand_ins(self, key: Any, declared: dict[str, Any]) -> dict[str, Any]:
         """``__call__``'s arguments for ``key``: a plain argument the key reads, the key's
         value; else as ``declared`` (a ``Tensor``'s stand-in, a plain value), else the
-        usual one ``arguments`` gives, else its default."""
+        usual one ``arguments`` gives (None for an optional one where a computed field of
+        the key says so: ``topk_weights is not None``), else its default."""
+        usual = [name for name in self.optional if name not in declared]
         declared = {**self.usual, **declared}
         dtypes = {field.reads[0]: getattr(key, name) for name, field in self.fields.items() if field.kind == "dtype"}
         sizes: dict[str, dict[int, int]] = {}
@@ -329,6 +332,11 @@ class Declaration:
                 inputs[name] = FLOAT_STAND_IN
             else:
                 raise DeclarationError(_NO_STAND_IN.format(self.name, name))
+        for name, field in self.fields.items():  # an optional tensor a computed field reads: None where the key says
+            absent = [read for read in field.reads if read in usual] if field.kind == "value" else []
+            if absent and not isinstance(field.function, Size) and field.function(*map(inputs.get, field.reads)) \
+                    != getattr(key, name):
+                inputs.update(dict.fromkeys(absent))
         return inputs
 
     def plain_reads(self) -> dict[str, str]:

@@ -358,3 +358,35 @@ def test_a_plain_compile_key_class_is_made_a_frozen_keyword_only_dataclass():
 
     with pytest.raises(TypeError, match="CompileKey must be frozen"):
         type("Mutable", (JitKernel,), dict(name="test.declared.mutable", CompileKey=Mutable))
+
+
+@triton.jit
+def _weighted_copy_kernel(X, W, Out, HAS_W: tl.constexpr):
+    # out[i] = x[i] * w[i] where w is given, else x[i]
+    i = tl.arange(0, 16)
+    x = tl.load(X + i)
+    tl.store(Out + i, x * tl.load(W + i) if HAS_W else x)
+
+
+def test_an_optional_tensor_a_computed_field_reads_is_none_in_the_stand_ins_of_keys_that_say_so():
+    """``has_w = computed(lambda w: w is not None)``: the keys without it get no ``w`` stand-in
+    (given, it would launch the other key), those with it the one ``Arguments`` gives."""
+
+    class WeightedCopy(TritonJitKernel):
+        kernel = _weighted_copy_kernel
+        arguments = Arguments(x=Arg("n", torch.float32), w=Arg("n", torch.float32, optional=True))
+
+        class CompileKey:
+            has_w: bool = computed(lambda w: w is not None, constexpr="HAS_W", warm=[False, True])
+
+        stand_ins = dict(out=Tensor(dtype=torch.float32))
+
+        @kernel_launcher
+        def __call__(self, compile_key, x, w, out) -> LaunchSpec:
+            return LaunchSpec(grid=(1,), kwargs=dict(X=x, W=w, Out=out), result=out)
+
+    kernel = WeightedCopy()
+    for key in kernel.get_warmup_keys():
+        inputs = kernel.warmup_inputs(key)
+        assert (inputs["w"] is not None) == key.has_w
+        assert kernel.launch_spec(**inputs).key == key
