@@ -8,13 +8,12 @@ import torch
 
 from jitkern import (Arg, Arguments, Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, Within, cdiv,
                      computed, dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of, tuned)
-from jitkern.examples.kernels.grouped_gemm import grouped_gemm_kernel, padded_capacity, sort_by_expert
+from jitkern.examples.kernels.grouped_gemm import grouped_gemm_kernel, sort_by_expert
 from jitkern.kernel.validation import INDEX_DTYPES
 
 BATCHES = Buckets((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))  # a batch of M tokens: the last <= M
 TILES = [dict(block_size_m=m, block_size_n=n, block_size_k=64, group_size_m=8, num_warps=warps, num_stages=stages)
          for m in (16, 32, 64) for n, warps, stages in ((64, 4, 4), (128, 4, 3), (128, 8, 3))]  # the candidates
-LARGEST_BLOCK_M = max(tile["block_size_m"] for tile in TILES)
 
 
 def default_tile(batch: int) -> dict[str, int]:
@@ -44,11 +43,8 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     """``c [M, top_k, N]``, as ``ARGUMENTS`` and the kernel module's formula say. Every call runs in full:
     ``public_call`` plans no ``torch_step``, which returns one tensor, for the sorting's three."""
     checked = ARGUMENTS.check(locals())
-    tokens, top_k, n = checked.M, checked.top_k, checked.N
-    if padded_capacity(tokens * top_k, checked.E, LARGEST_BLOCK_M) >= 2**31:
-        raise ValueError(f"topk_ids: {tokens} x {top_k} pairs; the padded pairs must stay below 2**31")
-    c = out if out is not None else torch.empty((tokens, top_k, n), dtype=a.dtype, device=a.device)
-    if tokens and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
+    c = out if out is not None else a.new_empty((checked.M, checked.top_k, checked.N))
+    if checked.M and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
         kernel = GroupedGemmKernel()
         block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).block_size_m  # of the tile it launches
         kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], block_m), topk_weights)

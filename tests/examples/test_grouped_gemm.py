@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from jitkern.examples import reference
-from jitkern.examples.grouped_gemm import LARGEST_BLOCK_M, GroupedGemmKernel, grouped_gemm
+from jitkern.examples.grouped_gemm import TILES, GroupedGemmKernel, grouped_gemm
 from jitkern.examples.kernels.grouped_gemm import padded_capacity, sort_by_expert
 from jitkern.manifest import load_manifest, manifest_keys
 from jitkern.testing import assert_no_compile, check_coverage, missing_from, record_launches
@@ -57,7 +57,8 @@ def test_matches_reference_in_float16(tokens, experts, top_k, n, k, weighted, ex
     weights = torch.rand(tokens, top_k) if weighted else None
     out, backing = None, None
     if given:  # poisoned, with poisoned rows after it: a padding id's store would land there
-        backing = torch.full(((tokens * top_k + LARGEST_BLOCK_M) * n,), float("nan"), dtype=dtype)
+        largest_block_m = max(tile["block_size_m"] for tile in TILES)
+        backing = torch.full(((tokens * top_k + largest_block_m) * n,), float("nan"), dtype=dtype)
         out = backing[: tokens * top_k * n].view(tokens, top_k, n)
     c = grouped_gemm(a, b, ids, weights, out=out)
     assert out is None or c is out
@@ -110,6 +111,13 @@ def test_host_side_sorting_matches_plain_python():
 def test_capacity_is_reached_when_every_pair_has_its_own_expert():
     ids = torch.arange(12).view(6, 2)
     assert int(sort_by_expert(ids, 12, 16).num_used) == padded_capacity(12, 12, 16) == 12 * 16
+
+
+def test_sorted_ids_past_int32_are_refused_naming_topk_ids():
+    assert padded_capacity(2**31 - 4096, 64, 64) == 2**31 - 64
+    with pytest.raises(ValueError, match=r"^topk_ids: 2147479552 pairs, padded to 2147483648 sorted ids for 66 experts; "
+                                         r"the sorted ids are int32, so they must stay below 2\*\*31$"):
+        padded_capacity(2**31 - 4096, 66, 64)
 
 
 def _inputs(**changes):

@@ -76,8 +76,13 @@ class ExpertBlocks(NamedTuple):
 def padded_capacity(pairs: int, experts: int, block_m: int) -> int:
     """Room for the padded groups of any routing of ``pairs`` pairs: each of at most
     ``min(experts, pairs)`` non-empty groups adds at most ``block_m - 1`` padding ids, and
-    the total is a multiple of ``block_m``. The grid is sized by it, with no sync."""
-    return (pairs + min(experts, pairs) * (block_m - 1)) // block_m * block_m
+    the total is a multiple of ``block_m``. The grid is sized by it, with no sync. The ids
+    are int32: a ValueError naming ``topk_ids`` from 2**31 on."""
+    capacity = (pairs + min(experts, pairs) * (block_m - 1)) // block_m * block_m
+    if capacity >= 2**31:
+        raise ValueError(f"topk_ids: {pairs} pairs, padded to {capacity} sorted ids for {experts} experts; "
+                         "the sorted ids are int32, so they must stay below 2**31")
+    return capacity
 
 
 def sort_by_expert(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> ExpertBlocks:
