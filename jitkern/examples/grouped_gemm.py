@@ -29,12 +29,7 @@ ARGUMENTS = Arguments(a=Arg("M K", (torch.float16, torch.bfloat16), strides="_ 1
                       sizes=dict(E=SIZE, N=SIZE, K=SIZE, top_k=SIZE))
 
 
-def _size(name: str) -> Config:
-    return Config(name, int, choices=SIZE)
-
-
 DTYPES = Config("dtypes", list[str], default=["bfloat16"], choices=("float16", "bfloat16"))
-MAX_TOKENS = Config("max_tokens", int, choices=SIZE, expand=BATCHES.upto)  # every bucket up to it is tuned
 
 
 @public_call(op="jitkern_examples::grouped_gemm", mutates=["out"], returns="out")
@@ -52,7 +47,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
 
 
 TUNING = TuningSpace(TILES, default=default_tile, calls=grouped_gemm, by=dict(  # selected as in vLLM's files
-    experts=size_of("b", 0, warm=_size("experts")), batch=size_of("a", 0, buckets=BATCHES, warm=MAX_TOKENS)))
+    experts=size_of("b", 0, warm="experts"), batch=size_of("a", 0, buckets=BATCHES, warm="max_tokens")))
 
 
 class GroupedGemmKernel(TritonJitKernel):
@@ -64,9 +59,9 @@ class GroupedGemmKernel(TritonJitKernel):
 
     class CompileKey:
         dtype: str = dtype_of("a", warm=DTYPES)  # a, b and out
-        n: int = size_of("b", 1, warm=_size("n"))  # pinned: one class
-        k: int = size_of("a", 1, warm=_size("k"))
-        top_k: int = size_of("out", 1, constexpr="TOP_K", warm=_size("top_k"))
+        n: int = size_of("b", 1, warm="n")  # pinned: one class
+        k: int = size_of("a", 1, warm="k")
+        top_k: int = size_of("out", 1, constexpr="TOP_K", warm="top_k")
         mul_routed_weight: bool = computed(lambda topk_weights: topk_weights is not None,
                                            constexpr="MUL_ROUTED_WEIGHT", warm=[False, True])
         block_size_m: int = tuned(constexpr="BLOCK_M")

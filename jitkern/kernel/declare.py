@@ -31,6 +31,7 @@ from typing import Any, Callable
 from jitkern.layouts.kernel_layouts import DeclarationError  # noqa: F401 - the author API raises it
 
 METADATA = "jitkern"  # the key in a dataclass field's metadata holding its declaration
+POSITIVE = range(1, 2**31)  # a size a manifest names: an int32 of at least 1
 STAND_IN_SIZE = 16  # a stand-in's size of a dimension no key field fixes (tokens, blocks)
 LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "launch_pdl", "enable_fp_fusion",
                             "launch_cooperative_grid", "waves_per_eu", "matrix_instr_nonkdim", "kpack"})
@@ -112,7 +113,10 @@ def dtype_of(tensor: str, *, warm: Any = None) -> Any:
 
 def size_of(tensor: str, dim: int, *, warm: Any = None, constexpr: str | None = None, buckets: Any = None) -> Any:
     """``tensor.shape[dim]`` (with ``buckets``, a ``Buckets``: the bucket it falls in, a
-    tuning selector's batch); its stand-in gets that size."""
+    tuning selector's batch); its stand-in gets that size. ``warm="n"``: the manifest config's
+    positive int ``n`` (with ``buckets``, the most: every bucket up to it)."""
+    if isinstance(warm, str):
+        warm = Config(warm, int, choices=POSITIVE, expand=buckets.upto if buckets is not None else None)
     return _field(Field("value", (tensor,), Size(dim, buckets), warm, constexpr))
 
 

@@ -390,3 +390,15 @@ def test_an_optional_tensor_a_computed_field_reads_is_none_in_the_stand_ins_of_k
         inputs = kernel.warmup_inputs(key)
         assert (inputs["w"] is not None) == key.has_w
         assert kernel.launch_spec(**inputs).key == key
+
+
+def test_a_size_warmed_by_name_is_a_positive_int_config_and_a_bucketed_one_its_most():
+    from jitkern import Buckets
+    from jitkern.kernel.declare import METADATA, POSITIVE
+
+    plain = size_of("x", 1, warm="width").metadata[METADATA].warm
+    assert plain == Config("width", int, choices=POSITIVE) and plain.values(64) == [64]
+    with pytest.raises(ValueError, match=r"width: \[0\] not supported; use an int in \[1, 2147483648\)"):
+        plain.values(0)
+    most = size_of("x", 0, buckets=Buckets((1, 4, 16)), warm="max_rows").metadata[METADATA].warm
+    assert (most.name, most.values(10), most.values(1)) == ("max_rows", [1, 4], [1])
