@@ -16,7 +16,7 @@ In order:
    - **default**: the table's winners dropped, each bucket launches its declared default;
    - **Triton**: ``triton.autotune`` over the same configs, keyed on the batch
      (``num_pairs``, ``N``, ``K``), each config's ``pre_hook`` sorting the pairs for its
-     BLOCK_M (the kernel needs its ids padded so; jitkern refuses to adopt such a hook);
+     BLOCK_SIZE_M (the kernel needs its ids padded so; jitkern refuses to adopt such a hook);
 4. time to the first call, each in a fresh process from its first line (``import torch``
    included): jitkern (``load()`` then the calls: no benchmark, no compile) and Triton's
    autotuner (it benchmarks the nine configs at the first call of each batch size), to the
@@ -99,19 +99,19 @@ def triton_call(smoke: bool):
     routing: dict = {}
 
     def sort_for_config(nargs: dict) -> None:  # writes the kernel's id tensors: what jitkern will not adopt
-        blocks = sort_by_expert(routing["ids"], routing["experts"], nargs["BLOCK_M"])
+        blocks = sort_by_expert(routing["ids"], routing["experts"], nargs["BLOCK_SIZE_M"])
         nargs["SortedIds"][: blocks.sorted_ids.numel()].copy_(blocks.sorted_ids)
         nargs["BlockExperts"][: blocks.block_experts.numel()].copy_(blocks.block_experts)
         nargs["NumUsed"].copy_(blocks.num_used)
 
-    configs = [triton.Config({"BLOCK_M": tile["block_size_m"], "BLOCK_N": tile["block_size_n"],
-                              "BLOCK_K": tile["block_size_k"], "GROUP_M": tile["group_size_m"]},
+    configs = [triton.Config({"BLOCK_SIZE_M": tile["BLOCK_SIZE_M"], "BLOCK_SIZE_N": tile["BLOCK_SIZE_N"],
+                              "BLOCK_SIZE_K": tile["BLOCK_SIZE_K"], "GROUP_SIZE_M": tile["GROUP_SIZE_M"]},
                              num_warps=tile["num_warps"], num_stages=tile["num_stages"], pre_hook=sort_for_config)
                for tile in TILES]
     smoke_bench = (lambda kernel_call, quantiles: (kernel_call(), [1.0, 1.0, 1.0])[1]) if smoke else None
     autotuned = triton.autotune(configs, key=["num_pairs", "N", "K"], do_bench=smoke_bench)(grouped_gemm_kernel)
-    largest = max(tile["block_size_m"] for tile in TILES)
-    smallest = min(tile["block_size_m"] for tile in TILES)
+    largest = max(tile["BLOCK_SIZE_M"] for tile in TILES)
+    smallest = min(tile["BLOCK_SIZE_M"] for tile in TILES)
 
     def call(a, b, ids):
         (tokens, k), (experts, n, _), top_k = a.shape, b.shape, ids.shape[1]
@@ -122,8 +122,8 @@ def triton_call(smoke: bool):
         sorted_ids = torch.empty(capacity, dtype=torch.int32, device=device)
         block_experts = torch.empty(capacity // smallest, dtype=torch.int32, device=device)
         num_used = torch.empty(1, dtype=torch.int32, device=device)
-        grid = lambda meta: (padded_capacity(pairs, experts, meta["BLOCK_M"]) // meta["BLOCK_M"]  # noqa: E731
-                             * cdiv(n, meta["BLOCK_N"]),)
+        grid = lambda meta: (padded_capacity(pairs, experts, meta["BLOCK_SIZE_M"]) // meta["BLOCK_SIZE_M"]  # noqa: E731
+                             * cdiv(n, meta["BLOCK_SIZE_N"]),)
         autotuned[grid](a, b, out, None, sorted_ids, block_experts, num_used, n, k, pairs, a.stride(0), b.stride(0),
                         b.stride(1), TOP_K=top_k, MUL_ROUTED_WEIGHT=False)
         return out
@@ -171,7 +171,7 @@ def _smoke_tune(manifest: str, cache_dir: str) -> str:
     from jitkern.manifest import resolve
     from jitkern.tuning import store, tune
 
-    timer = lambda launch, key: (launch(), [key.block_size_n / 64 + key.num_warps / 100])[1]  # noqa: E731
+    timer = lambda launch, key: (launch(), [key.BLOCK_SIZE_N / 64 + key.num_warps / 100])[1]  # noqa: E731
     for table in tune(resolve([manifest], "cuda:90")[0], "cuda:90", "smoke GPU", timer, device="cpu"):
         store(table)
     return "a set timer (--smoke)"

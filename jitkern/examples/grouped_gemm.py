@@ -7,13 +7,13 @@ from __future__ import annotations
 import torch
 
 from jitkern import (Arg, Arguments, Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, Within, cdiv,
-                     computed, dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of, tuned)
+                     computed, dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of)
 from jitkern.examples.kernels.grouped_gemm import grouped_gemm_kernel, sort_by_expert
 from jitkern.kernel.validation import INDEX_DTYPES
 
 BATCHES = Buckets((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))  # a batch of M tokens: the last <= M
-TILES = [dict(block_size_m=m, block_size_n=n, block_size_k=64, group_size_m=8, num_warps=warps, num_stages=stages)
-         for m in (16, 32, 64) for n, warps, stages in ((64, 4, 4), (128, 4, 3), (128, 8, 3))]  # the candidates
+TILES = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=warps, num_stages=stages)
+         for m in (16, 32, 64) for n, warps, stages in ((64, 4, 4), (128, 4, 3), (128, 8, 3))]  # the tuned fields
 
 
 def default_tile(batch: int) -> dict[str, int]:
@@ -41,7 +41,7 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     c = out if out is not None else a.new_empty((checked.M, checked.top_k, checked.N))
     if checked.M and not is_faking():  # a fake call (shapes only) needs no tile, nor a sort
         kernel = GroupedGemmKernel()
-        block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).block_size_m  # of the tile it launches
+        block_m = kernel.key_for(a=a, b=b, out=c, topk_weights=topk_weights).BLOCK_SIZE_M  # of the tile it launches
         kernel(a, b, c, *sort_by_expert(topk_ids, b.shape[0], block_m), topk_weights)
     return c
 
@@ -64,12 +64,6 @@ class GroupedGemmKernel(TritonJitKernel):
         top_k: int = size_of("out", 1, constexpr="TOP_K", warm="top_k")
         mul_routed_weight: bool = computed(lambda topk_weights: topk_weights is not None,
                                            constexpr="MUL_ROUTED_WEIGHT", warm=[False, True])
-        block_size_m: int = tuned(constexpr="BLOCK_M")
-        block_size_n: int = tuned(constexpr="BLOCK_N")
-        block_size_k: int = tuned(constexpr="BLOCK_K")
-        group_size_m: int = tuned(constexpr="GROUP_M")
-        num_warps: int = tuned(option="num_warps")
-        num_stages: int = tuned(option="num_stages")
 
     stand_ins = dict(b=Tensor((2, "n", "k"), "dtype"),  # two experts: small enough for the CPU tests to allocate
                      sorted_ids=Tensor(dtype=torch.int32), block_experts=Tensor(dtype=torch.int32),
@@ -80,7 +74,7 @@ class GroupedGemmKernel(TritonJitKernel):
         """One program per (block of sorted ids, column tile). No checks: runs on stand-ins too."""
         (tokens, k), n = a.shape, out.shape[2]
         return LaunchSpec(
-            grid=(block_experts.shape[0] * cdiv(n, compile_key.block_size_n),),
+            grid=(block_experts.shape[0] * cdiv(n, compile_key.BLOCK_SIZE_N),),
             kwargs=dict(A=a, B=b, C=out, TopkWeights=topk_weights, SortedIds=sorted_ids, BlockExperts=block_experts,
                         NumUsed=num_used, N=n, K=k, num_pairs=tokens * out.shape[1], a_row_stride=launch_stride(a, 0),
                         b_expert_stride=launch_stride(b, 0), b_row_stride=launch_stride(b, 1)),

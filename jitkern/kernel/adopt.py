@@ -21,13 +21,15 @@ nothing else. Each is one ``DeclarationError`` naming the class and the feature.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from jitkern import settings
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, tuned
 from jitkern.kernel.tuning import TuningSpace
 from jitkern.layouts.kernel_layouts import DeclarationError
+from jitkern.layouts.specialisation import runtime_params
 
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # what a triton.Config sets beside constexprs
 
@@ -131,14 +133,32 @@ def adopt_autotuner(cls: type, adopted: Adopted) -> None:
             raise DeclarationError(f"{at}: triton.autotune key {name!r} is neither a field of CompileKey nor a "
                                    "selector of its tuning space: declare it, bucketing its values "
                                    f"(tuning = TuningSpace(by=dict({name}=computed(...))))")
-    made = [(name, type(adopted.configs[0][name]),
-             tuned(option=name) if name in LAUNCH_OPTIONS else tuned(constexpr=name)) for name in names]
+    add_tuned_fields(cls, adopted.configs)
+    cls.tuning = dataclasses.replace(declared or TuningSpace(), configs=adopted.configs)
+
+
+def add_tuned_fields(cls: type, configs: Any) -> None:
+    """Give ``cls.CompileKey`` a ``tuned()`` field per name the configs set and the key lacks
+    (a launch option, else a constexpr of that name), typed as the first config's value: a
+    tuning space's fields declared once, by its candidates."""
+    key_class = cls.CompileKey
+    example = configs[0] if configs and isinstance(configs[0], Mapping) else {}
+    fields = {field.name for field in dataclasses.fields(key_class)}
+    made = [(name, type(value), tuned(option=name) if name in LAUNCH_OPTIONS else tuned(constexpr=name))
+            for name, value in example.items() if name not in fields]
+    if not made:
+        return
+    kernel = getattr(cls, "kernel", None)
+    if kernel is not None:
+        parameters = set(inspect.signature(kernel.fn).parameters) - {param.name for param in runtime_params(kernel)}
+        unknown = [name for name, _, _ in made if name not in LAUNCH_OPTIONS and name not in parameters]
+        if unknown:
+            raise DeclarationError(f"{cls.__qualname__}.tuning: its configs set {unknown}, neither fields of CompileKey, "
+                                   f"constexprs of {kernel.__name__} ({', '.join(sorted(parameters)) or 'none'}) "
+                                   "nor launch options")
     tuned_key = dataclasses.make_dataclass(key_class.__name__, made, bases=(key_class,), frozen=True, kw_only=True)
     tuned_key.__qualname__, tuned_key.__module__ = key_class.__qualname__, key_class.__module__
     cls.CompileKey = tuned_key
-    cls.tuning = TuningSpace(configs=adopted.configs, by=declared.by if declared else {},
-                             default=declared.default if declared else None,
-                             inputs=declared.inputs if declared else None)
 
 
 def check_heuristics(cls: type, heuristics: tuple[tuple[str, Callable], ...], constants: set[str]) -> None:

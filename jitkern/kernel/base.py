@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Generic, Iterable, TypeVar
 
 from jitkern import settings, targets
 from jitkern.kernel import registry
-from jitkern.kernel.adopt import Adopted, adopt, adopt_autotuner, check_heuristics, heuristic_constants
+from jitkern.kernel.adopt import Adopted, add_tuned_fields, adopt, adopt_autotuner, check_heuristics, heuristic_constants
 from jitkern.kernel.arguments import Arguments
 from jitkern.kernel.calls import NoCallFor, bound_values, random_call
 from jitkern.kernel.declaration import Declaration
@@ -191,9 +191,11 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             setattr(cls, attribute, _names(cls, attribute))
         if cls.arguments is not None and hasattr(cls, "_build_launch_spec"):
             cls.fixed_strides |= cls.arguments.fixed_strides(inspect.signature(cls._build_launch_spec).parameters)
-        adopted = cls.__dict__.get("_adopted")
+        adopted, space = cls.__dict__.get("_adopted"), cls.__dict__.get("tuning")
         if adopted is not None and adopted.configs:
             adopt_autotuner(cls, adopted)
+        elif space is not None and "CompileKey" in cls.__dict__:
+            add_tuned_fields(cls, space.configs)
         _adopt_declaration(cls)
         if adopted is not None and adopted.heuristics:
             check_heuristics(cls, adopted.heuristics, cls._declaration.constants_named() if cls._declaration else set())
@@ -246,7 +248,7 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
     def key_for(self, **arguments: Any) -> CompileKeyT:
         """The key a call with ``arguments`` (by ``__call__``'s names) takes; those no field
         reads may be left out: what a public function needs before it has them (the tile
-        whose BLOCK_M its host-side sorting pads to)."""
+        whose BLOCK_SIZE_M its host-side sorting pads to)."""
         if self._declaration is None:
             raise NotImplementedError(f"{self.name}: key_for needs declared CompileKey fields")
         return self.dispatch(**self._declaration.read_from(arguments))

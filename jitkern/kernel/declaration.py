@@ -44,7 +44,7 @@ class Declaration:
         if bool(self.tuned) != (space is not None):
             raise DeclarationError(f"{self.name}: " + (f"CompileKey.{self.tuned[0]} is tuned(), but the class declares "
                                    "no tuning space (tuning = TuningSpace(...))" if self.tuned else "its tuning space "
-                                   "tunes no field: declare the fields its configs give with tuned()"))
+                                   "tunes no field: its configs set constexprs or launch options, or fields declared tuned()"))
         self.selectors = {name: _selector(self.name, name, value) for name, value in (space.by if space else {}).items()}
         clash = set(self.selectors) & set(self.fields)
         if clash:

@@ -9,8 +9,8 @@ lock digest)::
      "gpu": "NVIDIA H200", "triton": "3.6.0", "triton_build": "…", "kernel_source": "…",
      "measured": "median of 30 CUDA-graph replays …",
      "rows": [{"bucket": {"dtype": "bfloat16", …, "batch": 16},
-               "config": {"block_size_m": 16, …, "num_stages": 4},
-               "microseconds": {"block_size_m=16,…": 41.2, …}}]}
+               "config": {"BLOCK_SIZE_M": 16, …, "num_stages": 4},
+               "microseconds": {"BLOCK_SIZE_M=16,…": 41.2, …}}]}
 
 A table is **stale** for a process whose GPU name, Triton build (``triton_key()``, which
 Triton's cache keys hash) or kernel source (the ``@triton.jit`` function's Triton cache

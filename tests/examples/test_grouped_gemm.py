@@ -57,7 +57,7 @@ def test_matches_reference_in_float16(tokens, experts, top_k, n, k, weighted, ex
     weights = torch.rand(tokens, top_k) if weighted else None
     out, backing = None, None
     if given:  # poisoned, with poisoned rows after it: a padding id's store would land there
-        largest_block_m = max(tile["block_size_m"] for tile in TILES)
+        largest_block_m = max(tile["BLOCK_SIZE_M"] for tile in TILES)
         backing = torch.full(((tokens * top_k + largest_block_m) * n,), float("nan"), dtype=dtype)
         out = backing[: tokens * top_k * n].view(tokens, top_k, n)
     c = grouped_gemm(a, b, ids, weights, out=out)

@@ -3,9 +3,9 @@
 
 ``c[m, j, :] = (a[m, :] @ b[topk_ids[m, j]].T) * topk_weights[m, j]`` (the weight only when
 given), accumulated in float32, for activations ``a [M, K]`` and expert weights
-``b [E, N, K]``. One program per tile of ``BLOCK_M`` sorted (token, slot) pairs by ``BLOCK_N``
+``b [E, N, K]``. One program per tile of ``BLOCK_SIZE_M`` sorted (token, slot) pairs by ``BLOCK_SIZE_N``
 columns, all pairs of a tile routed to one expert; ``sort_by_expert`` groups the pairs by
-expert and pads each group to a multiple of ``BLOCK_M``, with no sync and no Python loop.
+expert and pads each group to a multiple of ``BLOCK_SIZE_M``, with no sync and no Python loop.
 The reference, written from the formula above, is ``jitkern.examples.reference``.
 """
 
@@ -26,39 +26,39 @@ def grouped_gemm_kernel(
     A, B, C, TopkWeights, SortedIds, BlockExperts, NumUsed,
     N, K, num_pairs, a_row_stride, b_expert_stride, b_row_stride,
     TOP_K: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
 ):
     # Pair p = token * TOP_K + slot; SortedIds holds pairs grouped by expert, each group padded
-    # with the id num_pairs to a multiple of BLOCK_M, so a block of BLOCK_M ids has one expert,
+    # with the id num_pairs to a multiple of BLOCK_SIZE_M, so a block of BLOCK_SIZE_M ids has one expert,
     # BlockExperts[block]. Program (block, column tile): C[p, cols] = A[p // TOP_K] @ B[e, cols].T
     # for each p of the block below num_pairs (C viewed [num_pairs, N]); padding reads and writes
-    # nothing. Programs go GROUP_M blocks down a column tile before the next (B's tile stays in L2).
+    # nothing. Programs go GROUP_SIZE_M blocks down a column tile before the next (B's tile stays in L2).
     pid = tl.program_id(0)
-    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_n = tl.cdiv(N, BLOCK_SIZE_N)
     blocks_m = tl.num_programs(0) // tiles_n
-    group = GROUP_M * tiles_n
-    first_m = (pid // group) * GROUP_M
-    rows_here = tl.minimum(blocks_m - first_m, GROUP_M)
+    group = GROUP_SIZE_M * tiles_n
+    first_m = (pid // group) * GROUP_SIZE_M
+    rows_here = tl.minimum(blocks_m - first_m, GROUP_SIZE_M)
     pid_m = first_m + (pid % group) % rows_here
     pid_n = (pid % group) // rows_here
-    if pid_m * BLOCK_M >= tl.load(NumUsed):  # past the padded groups: nothing to do
+    if pid_m * BLOCK_SIZE_M >= tl.load(NumUsed):  # past the padded groups: nothing to do
         return
-    ids = tl.load(SortedIds + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    ids = tl.load(SortedIds + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M))
     live = ids < num_pairs
     expert = tl.load(BlockExperts + pid_m).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     col_ok = cols < N
-    ks = tl.arange(0, BLOCK_K)
+    ks = tl.arange(0, BLOCK_SIZE_K)
     a_ptrs = A + (ids // TOP_K).to(tl.int64)[:, None] * a_row_stride + ks[None, :]
     b_ptrs = B + expert * b_expert_stride + cols.to(tl.int64)[None, :] * b_row_stride + ks[:, None]  # [K, N]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        k_ok = ks < K - step * BLOCK_K
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_ok = ks < K - step * BLOCK_SIZE_K
         a = tl.load(a_ptrs, mask=live[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
+        a_ptrs += BLOCK_SIZE_K
+        b_ptrs += BLOCK_SIZE_K
     if MUL_ROUTED_WEIGHT:
         acc = acc * tl.load(TopkWeights + ids, mask=live, other=0.0)[:, None]
     c_ptrs = C + ids.to(tl.int64)[:, None] * N + cols[None, :]

@@ -188,7 +188,10 @@ SPACE = [dict(block=16), dict(block=32)]
 
 @pytest.mark.parametrize("tuning, fields, said", [
     (TuningSpace(SPACE), {"n": computed(lambda x: x.numel(), warm=[16])},
-     r"its tuning space tunes no field: declare the fields its configs give with tuned\(\)"),
+     r"^Tuned.tuning: its configs set \['block'\], neither fields of CompileKey, constexprs of _plain_kernel \(BLOCK\) "
+     r"nor launch options$"),
+    (TuningSpace(), {"n": computed(lambda x: x.numel(), warm=[16]), "block": tuned(constexpr="BLOCK")},
+     r"Tuned.tuning: no configs"),
     (None, {"block": tuned(constexpr="BLOCK")}, r"CompileKey.block is tuned\(\), but the class declares no tuning space"),
     (TuningSpace([dict(block=16), dict(width=2)]), {"block": tuned(constexpr="BLOCK")},
      r"Tuned.tuning: configs\[1\]: lacks \['block'\]; \['width'\] are not tuned fields"),
@@ -206,8 +209,8 @@ SPACE = [dict(block=16), dict(block=32)]
      r"tuning.by: \['block'\] are fields of CompileKey already"),
     (TuningSpace(SPACE), {"block": tuned(constexpr="BLOCK"), "twice": derived(lambda block: 2 * block)},
      r"CompileKey.twice: reads the tuned field 'block'"),
-], ids=["no-tuned-field", "no-space", "candidate-fields", "twice", "default-not-a-candidate", "default-reads",
-        "selector-not-warmed", "selector-reads", "selector-is-a-field", "derived-of-tuned"])
+], ids=["config-of-no-constexpr", "no-configs", "no-space", "candidate-fields", "twice", "default-not-a-candidate",
+        "default-reads", "selector-not-warmed", "selector-reads", "selector-is-a-field", "derived-of-tuned"])
 def test_a_tuning_declaration_that_cannot_work_is_refused(tuning, fields, said):
     with pytest.raises(DeclarationError, match=said):
         _class("test.misdeclared", _plain_kernel, tuning=tuning, fields=fields)
@@ -243,5 +246,14 @@ def test_the_grouped_gemm_declares_its_tiles_as_a_space_with_the_old_tiles_as_de
     assert len(keys) == 2 * 9  # weights or not, each candidate; the batch buckets multiply no key
     assert kernel.winners.selector_rows({"experts": 64, "max_tokens": 512}) == [(64, b) for b in BATCHES.upto(512)]
     blocks = {tokens: kernel.dispatch(dtype="bfloat16", n=1408, k=2048, top_k=6, mul_routed_weight=False, experts=64,
-                                      batch=BATCHES.of(tokens)).block_size_m for tokens in (1, 16, 31, 32, 63, 64, 512)}
+                                      batch=BATCHES.of(tokens)).BLOCK_SIZE_M for tokens in (1, 16, 31, 32, 63, 64, 512)}
     assert blocks == {1: 16, 16: 16, 31: 16, 32: 32, 63: 32, 64: 64, 512: 64}
+
+
+def test_the_configs_declare_the_tuned_fields_the_key_lacks_by_the_names_they_set():
+    """Each tuned field written once, in the candidates: a constexpr's name or a launch option's."""
+    kernel = _class("test.tuned_by_configs", _plain_kernel, fields={}, tuning=TuningSpace(
+        [dict(BLOCK=16, num_warps=1), dict(BLOCK=32, num_warps=2)]))()
+    assert [key_name(key) for key in kernel.get_warmup_keys()] == ["BLOCK=16,num_warps=1", "BLOCK=32,num_warps=2"]
+    assert kernel.constants(kernel.get_warmup_keys()[1]) == {"BLOCK": 32, "num_warps": 2}
+    assert kernel.launch_spec(torch.zeros(8)).key.BLOCK == 16  # no table: the first candidate

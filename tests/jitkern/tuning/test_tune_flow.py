@@ -85,7 +85,7 @@ def test_the_grouped_gemm_is_timed_on_each_buckets_routed_batch(fresh, tmp_path)
     config = {"dtypes": ["float16"], "n": 32, "k": 32, "top_k": 2, "experts": 4, "max_tokens": 2}
     deployment, _ = resolve([manifest(tmp_path / "g.json", "jitkern.example.grouped_gemm", config,
                                       ["jitkern.examples.grouped_gemm"])], "cuda:90")
-    faster_with_stages = SetTimes(lambda key: key.block_size_n / 64 - key.num_stages / 10 + key.num_warps / 100)
+    faster_with_stages = SetTimes(lambda key: key.BLOCK_SIZE_N / 64 - key.num_stages / 10 + key.num_warps / 100)
     with record_launches() as launches:
         [table] = tune(deployment, "cuda:90", "NVIDIA H200", faster_with_stages, device="cpu")
     assert len(faster_with_stages.timed) == 2 * 2 * len(TILES)  # batches 1 and 2, weights or not
@@ -99,7 +99,7 @@ def test_the_grouped_gemm_is_timed_on_each_buckets_routed_batch(fresh, tmp_path)
         assert inputs["A"].shape == (inputs["num_pairs"] // 2, 32) and inputs["B"].shape == (4, 32, 32)
         assert (inputs["TopkWeights"] is not None) == key.mul_routed_weight
         ids, experts = inputs["SortedIds"], inputs["BlockExperts"]
-        assert ids.numel() % key.block_size_m == 0 and experts.numel() == ids.numel() // key.block_size_m
+        assert ids.numel() % key.BLOCK_SIZE_M == 0 and experts.numel() == ids.numel() // key.BLOCK_SIZE_M
         assert sorted(ids[ids < inputs["num_pairs"]].tolist()) == list(range(inputs["num_pairs"]))
 
 

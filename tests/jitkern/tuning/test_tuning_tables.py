@@ -53,7 +53,7 @@ def test_a_table_round_trips_as_the_same_bytes_whatever_its_rows_order(deploymen
     (lambda d: d.update(extra=1), r"extra: Extra inputs are not permitted"),
     (lambda d: d.update(format_version=2), r"format_version: Input should be 1"),
     (lambda d: d.pop("gpu"), r"gpu: Field required"),
-    (lambda d: d["rows"][0]["config"].update(block_size_m=[16]), r"rows.0.config.block_size_m.*: Input should be"),
+    (lambda d: d["rows"][0]["config"].update(BLOCK_SIZE_M=[16]), r"rows.0.config.BLOCK_SIZE_M.*: Input should be"),
     (lambda d: d["rows"][0].update(bucket="n=1"), r"rows.0.bucket: Input should be an object"),
 ], ids=["extra", "version", "no-gpu", "list-value", "bucket-text"])
 def test_the_schema_refuses_what_is_not_a_table_in_one_line_naming_the_field(deployment, change, said):
@@ -84,11 +84,11 @@ def test_check_names_each_table_missing_stale_unbuilt_or_lacking_in_one_line(dep
     assert check_tables(deployment, H200) == [
         f"{WHERE}: lacks 20 of 40 buckets, which take their default config (first: dtype=bfloat16,n=14336,k=4096,"
         "top_k=2,mul_routed_weight=False,experts=8,batch=1)"]
-    unbuilt = Row(table.rows[0].bucket, {**table.rows[0].config, "block_size_m": 128})
+    unbuilt = Row(table.rows[0].bucket, {**table.rows[0].config, "BLOCK_SIZE_M": 128})
     store(dataclasses.replace(table, rows=(unbuilt, *table.rows[1:])))
     assert check_tables(deployment, H200)[0] == (f"{WHERE}: names 1 config(s) warmup did not build, not candidates "
-                                                  "of its space (first: block_size_m=128,block_size_n=64,"
-                                                  "block_size_k=64,group_size_m=8,num_warps=4,num_stages=4)")
+                                                  "of its space (first: BLOCK_SIZE_M=128,BLOCK_SIZE_N=64,"
+                                                  "BLOCK_SIZE_K=64,GROUP_SIZE_M=8,num_warps=4,num_stages=4)")
     store(dataclasses.replace(table, kernel_source="edited"))
     assert check_tables(deployment, H200) == [f"{WHERE}: stale: measured on another source of the kernel (its "
                                               "@triton.jit function or a helper changed)"]
@@ -122,9 +122,9 @@ def test_a_load_takes_a_tables_winners_and_loads_winners_and_defaults_only(deplo
         "top_k=2,mul_routed_weight=False,experts=8,batch=1)"]
     assert len(kernel.winners.rows) == 20
     tuned = kernel.dispatch(dtype="bfloat16", n=1408, k=2048, top_k=6, mul_routed_weight=False, experts=64, batch=8)
-    assert (tuned.block_size_m, tuned.block_size_n, tuned.num_stages) == (16, 128, 3)  # vLLM's "8": not the default
+    assert (tuned.BLOCK_SIZE_M, tuned.BLOCK_SIZE_N, tuned.num_stages) == (16, 128, 3)  # vLLM's "8": not the default
     loaded = serving_entries(deployment, "cuda:90")
-    winners = {(key.key.n, key.key.block_size_m, key.key.block_size_n) for _, key in loaded}
+    winners = {(key.key.n, key.key.BLOCK_SIZE_M, key.key.BLOCK_SIZE_N) for _, key in loaded}
     assert winners == {(14336, 16, 64), (14336, 32, 64), (14336, 64, 64),  # Mixtral's buckets: the defaults
                        (1408, 16, 64), (1408, 16, 128), (1408, 32, 128), (1408, 64, 128)}  # DeepSeek's: the table's
     assert len(loaded) == 2 * 7
@@ -156,5 +156,5 @@ def test_a_deployments_buckets_are_its_keys_without_tuned_fields_times_the_selec
     buckets = tuned_buckets(deployment)[KERNEL]
     assert len(buckets) == 2 * 2 * 10
     assert {bucket.selectors["experts"] for bucket in buckets} == {8, 64}
-    assert all(bucket.key.block_size_m in {tile["block_size_m"] for tile in TILES} for bucket in buckets)
+    assert all(bucket.key.BLOCK_SIZE_M in {tile["BLOCK_SIZE_M"] for tile in TILES} for bucket in buckets)
     assert table_of(GroupedGemmKernel(), "cuda:90", H200, [], "").rows == ()
