@@ -19,6 +19,7 @@ from jitkern.kernel.launcher import kernel_launcher
 from jitkern.kernel.declare import (Config, DeclarationError, Tensor, Warm, argument, computed, derived, dtype_of,
                                     fixed, size_of, tuned)
 from jitkern.kernel.tuning import Buckets, TuningSpace
+from jitkern.kernel.validation import INDEX_DTYPES
 from jitkern.kernel.grid import cdiv, next_power_of_2
 from jitkern.launch.plans import public_call, torch_step
 from jitkern.launch.spec import LaunchSpec, is_faking
@@ -43,6 +44,7 @@ __all__ = [
     "Buckets",
     "Config",
     "DeclarationError",
+    "INDEX_DTYPES",
     "Tensor",
     "Warm",
     "argument",

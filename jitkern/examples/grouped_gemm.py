@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from jitkern import (Arg, Arguments, Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace, Within, cdiv,
-                     computed, dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of)
+from jitkern import (INDEX_DTYPES, Arg, Arguments, Buckets, Config, LaunchSpec, Tensor, TritonJitKernel, TuningSpace,
+                     Within, cdiv, computed, dtype_of, is_faking, kernel_launcher, launch_stride, public_call, size_of)
 from jitkern.examples.kernels.grouped_gemm import grouped_gemm_kernel, sort_by_expert
-from jitkern.kernel.validation import INDEX_DTYPES
 
 BATCHES = Buckets((1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))  # a batch of M tokens: the last <= M
 TILES = [dict(BLOCK_SIZE_M=m, BLOCK_SIZE_N=n, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=warps, num_stages=stages)
@@ -46,16 +45,13 @@ def grouped_gemm(a: torch.Tensor, b: torch.Tensor, topk_ids: torch.Tensor, topk_
     return c
 
 
-TUNING = TuningSpace(TILES, default=default_tile, calls=grouped_gemm, by=dict(  # selected as in vLLM's files
-    experts=size_of("b", 0, warm="experts"), batch=size_of("a", 0, buckets=BATCHES, warm="max_tokens")))
-
-
 class GroupedGemmKernel(TritonJitKernel):
     name = "jitkern.example.grouped_gemm"
     kernel = grouped_gemm_kernel
     arguments = ARGUMENTS  # a and out's stand-ins, the strides grouped_gemm fixes
     pinned_by_key = frozenset({"N", "K"})
-    tuning = TUNING
+    tuning = TuningSpace(TILES, default=default_tile, calls=grouped_gemm, by=dict(  # selected as in vLLM's files
+        experts=size_of("b", 0, warm="experts"), batch=size_of("a", 0, buckets=BATCHES, warm="max_tokens")))
 
     class CompileKey:
         dtype: str = dtype_of("a", warm=DTYPES)  # a, b and out
