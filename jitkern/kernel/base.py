@@ -191,10 +191,10 @@ class TritonJitKernel(JitKernel[CompileKeyT]):
             setattr(cls, attribute, _names(cls, attribute))
         if cls.arguments is not None and hasattr(cls, "_build_launch_spec"):
             cls.fixed_strides |= cls.arguments.fixed_strides(inspect.signature(cls._build_launch_spec).parameters)
-        adopted, space = cls.__dict__.get("_adopted"), cls.__dict__.get("tuning")
+        adopted, space = cls.__dict__.get("_adopted"), getattr(cls, "tuning", None)
         if adopted is not None and adopted.configs:
             adopt_autotuner(cls, adopted)
-        elif space is not None and "CompileKey" in cls.__dict__:
+        elif space is not None and "CompileKey" in cls.__dict__:  # its own key, its own or inherited space
             add_tuned_fields(cls, space.configs)
         _adopt_declaration(cls)
         if adopted is not None and adopted.heuristics:

@@ -27,7 +27,7 @@ ROWS = Arguments(
 
 def _call(tokens=None, width=None, dtype=torch.bfloat16):
     tokens = random.randint(2, 30) if tokens is None else tokens
-    width = random.randint(2, 40) if width is None else width
+    width = random.randint(3, 40) if width is None else width  # x[:, ::2] keeps two columns: a stride to refuse
     return dict(x=torch.randn(tokens, width + 3).to(dtype)[:, :width], y=torch.randn(tokens, width).to(dtype),
                 index=torch.randint(0, 9, (tokens,)), table=torch.zeros(random.randint(1, 5), 4, 16, dtype=torch.uint8),
                 out=None, count=random.randint(0, 9), blocks=random.randint(1, 7))
