@@ -98,6 +98,8 @@ class Winners:
         self.owner, self.kernel, self.space, self.tuned_names = owner, kernel, space, tuned  # class, registry name
         self.bucket_names = (*untuned, *space.by)
         self.untuned_names = untuned
+        if space.calls is not None and space.inputs is not None:
+            raise TuningError(f"{owner}.tuning: calls= and inputs= both say what tune times; give one")
         self.candidates = tuple(self._candidate(index, config) for index, config in enumerate(space.configs))
         if not self.candidates:
             raise TuningError(f"{owner}.tuning: no configs; a tuning space names its candidates")

@@ -192,6 +192,8 @@ SPACE = [dict(block=16), dict(block=32)]
      r"nor launch options$"),
     (TuningSpace(), {"n": computed(lambda x: x.numel(), warm=[16]), "block": tuned(constexpr="BLOCK")},
      r"Tuned.tuning: no configs"),
+    (TuningSpace(SPACE, calls=print, inputs=print), {"block": tuned(constexpr="BLOCK")},
+     r"Tuned.tuning: calls= and inputs= both say what tune times; give one"),
     (None, {"block": tuned(constexpr="BLOCK")}, r"CompileKey.block is tuned\(\), but the class declares no tuning space"),
     (TuningSpace([dict(block=16), dict(width=2)]), {"block": tuned(constexpr="BLOCK")},
      r"Tuned.tuning: configs\[1\]: lacks \['block'\]; \['width'\] are not tuned fields"),
@@ -209,8 +211,8 @@ SPACE = [dict(block=16), dict(block=32)]
      r"tuning.by: \['block'\] are fields of CompileKey already"),
     (TuningSpace(SPACE), {"block": tuned(constexpr="BLOCK"), "twice": derived(lambda block: 2 * block)},
      r"CompileKey.twice: reads the tuned field 'block'"),
-], ids=["config-of-no-constexpr", "no-configs", "no-space", "candidate-fields", "twice", "default-not-a-candidate",
-        "default-reads", "selector-not-warmed", "selector-reads", "selector-is-a-field", "derived-of-tuned"])
+], ids=["config-of-no-constexpr", "no-configs", "calls-and-inputs", "no-space", "candidate-fields", "twice",
+        "default-not-a-candidate", "default-reads", "selector-not-warmed", "selector-reads", "selector-is-a-field", "derived-of-tuned"])
 def test_a_tuning_declaration_that_cannot_work_is_refused(tuning, fields, said):
     with pytest.raises(DeclarationError, match=said):
         _class("test.misdeclared", _plain_kernel, tuning=tuning, fields=fields)
