@@ -212,7 +212,8 @@ SPACE = [dict(block=16), dict(block=32)]
     (TuningSpace(SPACE), {"block": tuned(constexpr="BLOCK"), "twice": derived(lambda block: 2 * block)},
      r"CompileKey.twice: reads the tuned field 'block'"),
 ], ids=["config-of-no-constexpr", "no-configs", "calls-and-inputs", "no-space", "candidate-fields", "twice",
-        "default-not-a-candidate", "default-reads", "selector-not-warmed", "selector-reads", "selector-is-a-field", "derived-of-tuned"])
+        "default-not-a-candidate", "default-reads", "selector-not-warmed", "selector-reads", "selector-is-a-field",
+        "derived-of-tuned"])
 def test_a_tuning_declaration_that_cannot_work_is_refused(tuning, fields, said):
     with pytest.raises(DeclarationError, match=said):
         _class("test.misdeclared", _plain_kernel, tuning=tuning, fields=fields)
