@@ -98,15 +98,16 @@ def binary_list(deployment: Deployment) -> list[str]:
             lines.append(f"{name}[{key_name(key)}] for {target}" + (f"  # {'; '.join(reasons.values())}" if reasons else ""))
     for name, made in factors.items():
         keys = len({key.key for entries in deployment.by_target.values() for kernel, key in entries if kernel == name})
-        lines.append(f"{name}: {keys_of(keys)}, each multiplied by " + ", ".join(
+        lines.append(f"{name}: {keys_of(keys, 'compile key')}, each multiplied by " + ", ".join(
             f"{reason} x{'/'.join(map(str, sorted(counts)))}" for reason, counts in made.items()))
     counts = {target: len(entries) for target, entries in deployment.by_target.items()}
     total = sum(counts.values())
-    lines.append(f"{keys_of(total)} for {deployment.targets[0]}" if len(counts) == 1 else
-                 f"{keys_of(total)}: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
+    lines.append(f"{keys_of(total, 'binary key')} for {deployment.targets[0]}" if len(counts) == 1 else
+                 f"{keys_of(total, 'binary key')}: " + ", ".join(f"{count} for {target}" for target, count in counts.items()))
     return lines
 
 
-def keys_of(count: int) -> str:
-    """``1 key``, ``2 keys``: the CLI's counts read as English."""
-    return f"{count} key" if count == 1 else f"{count} keys"
+def keys_of(count: int, kind: str = "key") -> str:
+    """``1 key``, ``2 compile keys``: the CLI's counts read as English (``key``: a lock's, a
+    binary or a table)."""
+    return f"{count} {kind}" if count == 1 else f"{count} {kind}s"

@@ -72,11 +72,11 @@ def test_list_prints_every_key_and_the_count(tmp_path):
     run = warmup(EXAMPLE, "--list", cache_dir=tmp_path)
     assert run.returncode == 0
     lines = run.stdout.strip().splitlines()
-    assert lines[-1] == "72 keys for cuda:90" and len(lines) == 74  # the manifest's target (no GPU here)
+    assert lines[-1] == "72 binary keys for cuda:90" and len(lines) == 74  # the manifest's target (no GPU here)
     binaries = [line.split("  # ")[0] for line in lines[:-2]]
     assert all(line.startswith("jitkern.example.axpy[dtype=") and line.endswith("] for cuda:90") for line in binaries)
     assert "jitkern.example.axpy[dtype=float16,block_size=1024,layout=X_ptr:*fp16] for cuda:90  # x unaligned" in lines
-    assert lines[-2] == ("jitkern.example.axpy: 3 keys, each multiplied by x unaligned x2, y unaligned x2, "
+    assert lines[-2] == ("jitkern.example.axpy: 3 compile keys, each multiplied by x unaligned x2, y unaligned x2, "
                          "out unaligned x2, n_elements any value x3")  # 3 x 2 x 2 x 2 x 3 = 72
     assert not list(tmp_path.iterdir())
 
@@ -252,5 +252,6 @@ def test_the_console_script_finds_a_manifests_modules_in_the_working_folder_as_p
     (tmp_path / "own.json").write_text(json.dumps(manifest))
     script = os.path.join(os.path.dirname(sys.executable), "jitkern-warmup")
     listed = subprocess.run([script, "own.json", "--list"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert listed.returncode == 0 and listed.stdout.splitlines()[-1] == "24 keys for cuda:90", listed.stdout + listed.stderr
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert listed.stdout.splitlines()[-1] == "24 binary keys for cuda:90", listed.stdout
 

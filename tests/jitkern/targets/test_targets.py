@@ -135,7 +135,7 @@ def test_targets_are_compiled_checked_and_listed_apart(tmp_path):
     assert len([e for e in cache_entries(cache) if list(e.glob("*.cubin"))]) == 3
 
     listed = warmup(manifest, "--target", "cuda:80,hip:gfx942", "--list", cache_dir=cache).stdout.splitlines()
-    assert listed[-1] == "6 keys: 3 for cuda:80, 3 for hip:gfx942"
+    assert listed[-1] == "6 binary keys: 3 for cuda:80, 3 for hip:gfx942"
     assert sum(line.split("  # ")[0].endswith("] for hip:gfx942") for line in listed) == 3
 
     check = warmup(manifest, "--target", "hip:gfx942,cuda:80", "--check", cache_dir=cache)
