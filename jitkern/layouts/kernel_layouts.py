@@ -11,7 +11,7 @@ import inspect
 import math
 from typing import Any, Iterable
 
-from jitkern.layouts.binary_key import BinaryKey, key_name
+from jitkern.layouts.binary_key import BinaryKey, key_fields, key_name
 from jitkern.layouts.domains import MAX_LAYOUTS, LayoutDomain, TooManyLayouts, argument_domains, enumerate_layouts
 from jitkern.layouts.domains import name_stand_ins, origins
 from jitkern.layouts.misses import explain_miss, explain_unwarmed_key
@@ -56,10 +56,17 @@ class KernelLayouts:
         found = self._stand_ins.get(memo)
         if found is None:
             kernel = self.kernel
-            spec = kernel.spec_for(key, **name_stand_ins(kernel.warmup_inputs(key)))
+            inputs = kernel.warmup_inputs(key)
+            spec = kernel.spec_for(key, **name_stand_ins(inputs))
             if spec.key != key:
+                differ = [f"{name} {getattr(key, name)!r} -> {getattr(spec.key, name)!r}" for name in key_fields(key)
+                          if getattr(key, name) != getattr(spec.key, name)]
+                tensors = [f"{name} {value.dtype} {tuple(value.shape)}" for name, value in inputs.items()
+                           if isinstance(value, TritonWarmupTensor)]
                 raise WarmupMismatch(f"{kernel.name}: warmup_inputs({key_name(key)}) dispatches to "
-                                     f"{key_name(spec.key)}")
+                                     f"{key_name(spec.key)} ({', '.join(differ)}; the stand-ins: "
+                                     f"{', '.join(tensors) or 'no tensors'}): declare stand-ins of the key's sizes "
+                                     "(stand_ins), or hold in the key the size a computed field reads (size_of)")
             if not self._stand_ins:
                 _check_plain_annotations(kernel, kernel.warmup_inputs(key))
                 _check_pinned_strides(kernel, spec.kwargs)

@@ -64,7 +64,9 @@ def test_warmup_inputs_that_disagree_with_dispatch_are_caught():
 
     kernel = Drifted()
     key = kernel.get_warmup_keys(dtypes=["float32"])[0]
-    with pytest.raises(WarmupMismatch, match="dispatches to"):
+    with pytest.raises(WarmupMismatch, match=r"dispatches to dtype=float32,block_size=2048 \(block_size 1024 -> 2048; "
+                                             r"the stand-ins: x torch.float32 \(1024,\), y torch.float32 \(1024,\), out "
+                                             r"torch.float32 \(1024,\)\): declare stand-ins"):
         kernel.compile(key)
 
 
