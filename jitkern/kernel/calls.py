@@ -25,24 +25,32 @@ class NoCallFor(ValueError):
     """The public function's ``Arguments`` and the key do not give a call; one line saying why."""
 
 
+def read_names(reading: dict[str, Any], arguments: Arguments) -> tuple[dict, dict, dict]:
+    """``(sizes, dtypes, plain)``: the field (or selector) of ``reading`` that holds each size
+    ``arguments`` names (a ``size_of`` of a declared tensor), each tensor's dtype (``dtype_of``)
+    and each plain argument (``argument()``), by those names."""
+    sizes, dtypes, plain = {}, {}, {}
+    for name, field in reading.items():
+        declared = arguments.arguments.get(field.reads[0]) if field.reads else None
+        if field.kind == "dtype":
+            dtypes[field.reads[0]] = name
+        elif isinstance(field.function, Size) and isinstance(declared, Arg):
+            sizes[declared.shape[field.function.dim]] = name
+        elif field.kind == "value" and field.function is None:
+            plain[field.reads[0]] = name
+    return sizes, dtypes, plain
+
+
 def bound_values(reading: dict[str, Any], arguments: Arguments, values: dict[str, Any]) -> tuple[dict, dict, dict]:
     """``(sizes, dtypes, plain)``: the sizes by name, dtypes by tensor and plain arguments a
     call with these field and selector ``values`` has, by the declarations in ``reading``."""
-    sizes, dtypes, plain = {}, {}, {}
-    for name, field in reading.items():
-        if name not in values or not field.reads:
-            continue
-        tensor, value = field.reads[0], values[name]
-        declared = arguments.arguments.get(tensor)
-        if field.kind == "dtype":
-            dtypes[tensor] = getattr(torch, value)
-        elif isinstance(field.function, Size) and isinstance(declared, Arg):
-            size = declared.shape[field.function.dim]
-            if isinstance(size, str) and size != ANY:
-                sizes[size] = value
-        elif field.function is None and tensor in arguments.arguments:
-            plain[tensor] = sizes[tensor] = value
-    return sizes, dtypes, plain
+    size_fields, dtype_fields, plain_fields = read_names(reading, arguments)
+    sizes = {size: values[name] for size, name in size_fields.items()
+             if isinstance(size, str) and size != ANY and name in values}
+    dtypes = {tensor: getattr(torch, values[name]) for tensor, name in dtype_fields.items() if name in values}
+    plain = {argument: values[name] for argument, name in plain_fields.items()
+             if argument in arguments.arguments and name in values}
+    return {**sizes, **plain}, dtypes, plain
 
 
 def random_call(arguments: Arguments, sizes: dict[str, int], dtypes: dict[str, torch.dtype], plain: dict[str, Any],

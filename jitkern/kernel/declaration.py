@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from jitkern.kernel.arguments import Arg, Arguments
+from jitkern.kernel.arguments import Arguments
+from jitkern.kernel.calls import read_names
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, Config, Size, Tensor, Warm
 from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.direct import parameters_source
@@ -289,13 +290,8 @@ class Declaration:
         """The stand-ins of the tensors ``__call__`` shares with the public function's
         ``Arguments``: a size they name is the key field's that reads it (a dimension of one
         of them, or an int argument), the dtype the ``dtype_of`` field's."""
-        sizes, dtypes = {}, {}
-        for name, field in self.fields.items():
-            if field.kind == "dtype":
-                dtypes[field.reads[0]] = name
-            elif isinstance(field.function, Size) and isinstance(arguments.arguments.get(field.reads[0]), Arg):
-                sizes[arguments.arguments[field.reads[0]].shape[field.function.dim]] = name
-        sizes.update(self.plain_reads())
+        sizes, dtypes, plain = read_names(self.fields, arguments)
+        sizes.update(plain)
         names = [parameter.name for parameter in self.parameters]
         if not set(names) & set(arguments.arguments):
             raise DeclarationError(f"{self.name}.arguments: declares none of __call__'s arguments ({', '.join(names)})")

@@ -68,7 +68,7 @@ class KernelLayouts:
                                      f"{', '.join(tensors) or 'no tensors'}): declare stand-ins of the key's sizes "
                                      "(stand_ins), or hold in the key the size a computed field reads (size_of)")
             if not self._stand_ins:
-                _check_plain_annotations(kernel, kernel.warmup_inputs(key))
+                _check_plain_annotations(kernel, inputs)
                 _check_pinned_strides(kernel, spec.kwargs)
             found = self._stand_ins[memo] = (spec.kwargs, specialisation(kernel.kernel, spec.kwargs))
         return found
