@@ -122,10 +122,11 @@ def tune(deployment: Deployment, target: str, gpu: str, timer: Timer, device: An
 def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
     winners = kernel.winners
     medians = []
+    drawn: dict[tuple, dict[str, Any]] = {}  # one random call per optional tensors left out: every candidate's inputs
     for config in winners.candidates:
         key = candidate_key(bucket, config)
         if winners.space.calls is not None:
-            spec = _launch_of_call(kernel, bucket, config, key, device)
+            spec = _launch_of_call(kernel, bucket, config, key, device, drawn)
         else:
             spec = kernel.spec_for(key, **winners.space.inputs(key, device, **bucket.selectors))
         if spec.key != key:
@@ -142,11 +143,13 @@ def _tune_bucket(kernel: Any, bucket: Bucket, timer: Timer, device: Any) -> Row:
                {config_name(config): round(median * 1e6, 3) for config, median in zip(winners.candidates, medians)})
 
 
-def _launch_of_call(kernel: Any, bucket: Bucket, config: dict[str, Any], key: Any, device: Any) -> LaunchSpec:
+def _launch_of_call(kernel: Any, bucket: Bucket, config: dict[str, Any], key: Any, device: Any,
+                    drawn: dict[tuple, dict[str, Any]]) -> LaunchSpec:
     """The launch of ``kernel`` a random call of its space's public function makes with
     ``config`` tried for the bucket, recorded and not run. Which optional tensors the call
     gives is tried in turn, all of them first, until the launch has ``key`` (a field such as
-    "routed weights given" is computed, not inverted)."""
+    "routed weights given" is computed, not inverted). ``drawn``: the bucket's calls so far,
+    by the optional tensors they leave out, so that every candidate runs on the same inputs."""
     calls = kernel.winners.space.calls
     optional = [name for name, declared in (kernel.arguments.arguments if kernel.arguments else {}).items()
                 if isinstance(declared, Arg) and declared.optional]
@@ -154,13 +157,14 @@ def _launch_of_call(kernel: Any, bucket: Bucket, config: dict[str, Any], key: An
     with kernel.winners.trying(bucket.values, config):
         for count in range(len(optional) + 1):
             for absent in itertools.combinations(optional, count):
-                try:
-                    call = kernel.random_call(key, bucket.selectors, absent, device)
-                except NoCallFor as error:
-                    raise TuneError(f"{kernel.name}: no call of {calls.__name__} for [{key_name(key)}]: {error}; "
-                                    "declare the size's field or selector, or write inputs=") from None
+                if absent not in drawn:
+                    try:
+                        drawn[absent] = kernel.random_call(key, bucket.selectors, absent, device)
+                    except NoCallFor as error:
+                        raise TuneError(f"{kernel.name}: no call of {calls.__name__} for [{key_name(key)}]: {error}; "
+                                        "declare the size's field or selector, or write inputs=") from None
                 with record_launches(dry_run=True) as launches:
-                    calls(**call)
+                    calls(**drawn[absent])
                 specs = [spec for launching, spec in launches if launching is kernel]
                 if specs and specs[0].key == key:
                     return specs[0]

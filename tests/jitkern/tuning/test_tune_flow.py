@@ -101,6 +101,10 @@ def test_the_grouped_gemm_is_timed_on_each_buckets_routed_batch(fresh, tmp_path)
         ids, experts = inputs["SortedIds"], inputs["BlockExperts"]
         assert ids.numel() % key.BLOCK_SIZE_M == 0 and experts.numel() == ids.numel() // key.BLOCK_SIZE_M
         assert sorted(ids[ids < inputs["num_pairs"]].tolist()) == list(range(inputs["num_pairs"]))
+    by_bucket = {}  # every candidate of a bucket runs on the same random call
+    for _, spec in launches:
+        by_bucket.setdefault((spec.kwargs["num_pairs"], spec.key.mul_routed_weight), set()).add(id(spec.kwargs["A"]))
+    assert len(by_bucket) == 4 and all(len(a) == 1 for a in by_bucket.values())
 
 
 @pytest.mark.skipif(GPU, reason="the interpreter's flow")
