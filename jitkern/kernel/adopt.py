@@ -21,7 +21,6 @@ nothing else. Each is one ``DeclarationError`` naming the class and the feature.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -29,7 +28,7 @@ from jitkern import settings
 from jitkern.kernel.declare import LAUNCH_OPTIONS, METADATA, tuned
 from jitkern.kernel.tuning import TuningSpace
 from jitkern.layouts.kernel_layouts import DeclarationError
-from jitkern.layouts.specialisation import runtime_params
+from jitkern.layouts.specialisation import constexpr_names
 
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # what a triton.Config sets beside constexprs
 
@@ -150,11 +149,11 @@ def add_tuned_fields(cls: type, configs: Any) -> None:
         return
     kernel = getattr(cls, "kernel", None)
     if kernel is not None:
-        parameters = set(inspect.signature(kernel.fn).parameters) - {param.name for param in runtime_params(kernel)}
-        unknown = [name for name, _, _ in made if name not in LAUNCH_OPTIONS and name not in parameters]
+        constexprs = constexpr_names(kernel)
+        unknown = [name for name, _, _ in made if name not in LAUNCH_OPTIONS and name not in constexprs]
         if unknown:
             raise DeclarationError(f"{cls.__qualname__}.tuning: its configs set {unknown}, neither fields of CompileKey, "
-                                   f"constexprs of {kernel.__name__} ({', '.join(sorted(parameters)) or 'none'}) "
+                                   f"constexprs of {kernel.__name__} ({', '.join(sorted(constexprs)) or 'none'}) "
                                    "nor launch options")
     tuned_key = dataclasses.make_dataclass(key_class.__name__, made, bases=(key_class,), frozen=True, kw_only=True)
     tuned_key.__qualname__, tuned_key.__module__ = key_class.__qualname__, key_class.__module__

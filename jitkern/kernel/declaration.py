@@ -21,7 +21,7 @@ from jitkern.kernel.tuning import TuningError, TuningSpace, Winners
 from jitkern.launch.direct import parameters_source
 from jitkern.launch.plans import forget_plans
 from jitkern.layouts.kernel_layouts import DeclarationError
-from jitkern.layouts.specialisation import runtime_params
+from jitkern.layouts.specialisation import constexpr_names
 from jitkern.layouts.stand_ins import TritonWarmupTensor
 
 class Declaration:
@@ -68,7 +68,7 @@ class Declaration:
         the usual stand-ins are derived (from names known to exist), and each argument of
         ``__call__`` has one unless the kernel writes its own ``warmup_inputs``."""
         arguments = {parameter.name for parameter in self.parameters}
-        constexprs = set(inspect.signature(cls.kernel.fn).parameters) - {p.name for p in runtime_params(cls.kernel)}
+        constexprs = constexpr_names(cls.kernel)
         for name, field in self.fields.items():
             at = f"{self.name}.CompileKey.{name}"
             known = set(self.fields) if field.kind == "derived" else arguments

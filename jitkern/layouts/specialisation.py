@@ -44,6 +44,11 @@ def runtime_params(jit_function: Any) -> list[Any]:
     return [param for param in params if not param.is_constexpr]
 
 
+def constexpr_names(jit_function: Any) -> set[str]:
+    """The names of the kernel's ``tl.constexpr`` parameters."""
+    return set(inspect.signature(jit_function.fn).parameters) - {param.name for param in runtime_params(jit_function)}
+
+
 def specialisation(jit_function: Any, kwargs: dict[str, Any]) -> dict[str, str]:
     """Runtime argument name -> Triton's specialisation of its value, as text:
     ``*bf16/16`` (a bf16 tensor at a multiple of 16), ``*bf16`` (elsewhere), ``i32/16``,
