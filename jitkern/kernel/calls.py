@@ -41,8 +41,8 @@ def read_names(reading: dict[str, Any], arguments: Arguments) -> tuple[dict, dic
     return sizes, dtypes, plain
 
 
-def bound_values(reading: dict[str, Any], arguments: Arguments, values: dict[str, Any]) -> tuple[dict, dict, dict]:
-    """``(sizes, dtypes, plain)``: the sizes by name, dtypes by tensor and plain arguments a
+def bound_values(reading: dict[str, Any], arguments: Arguments, values: dict[str, Any]) -> tuple[dict, dict]:
+    """``(sizes, dtypes)``: the sizes and plain arguments by name, and the dtypes by tensor, a
     call with these field and selector ``values`` has, by the declarations in ``reading``."""
     size_fields, dtype_fields, plain_fields = read_names(reading, arguments)
     sizes = {size: values[name] for size, name in size_fields.items()
@@ -50,18 +50,19 @@ def bound_values(reading: dict[str, Any], arguments: Arguments, values: dict[str
     dtypes = {tensor: getattr(torch, values[name]) for tensor, name in dtype_fields.items() if name in values}
     plain = {argument: values[name] for argument, name in plain_fields.items()
              if argument in arguments.arguments and name in values}
-    return {**sizes, **plain}, dtypes, plain
+    return {**sizes, **plain}, dtypes
 
 
-def random_call(arguments: Arguments, sizes: dict[str, int], dtypes: dict[str, torch.dtype], plain: dict[str, Any],
-                absent: Iterable[str], device: Any) -> dict[str, Any]:
+def random_call(arguments: Arguments, sizes: dict[str, Any], dtypes: dict[str, torch.dtype], absent: Iterable[str],
+                device: Any) -> dict[str, Any]:
     """The public function's arguments: a random dense tensor per ``Arg`` (None for those in
-    ``absent``), each plain argument its value in ``plain`` or the size it names."""
+    ``absent``), each plain argument its value in ``sizes`` (the sizes and plain arguments
+    ``bound_values`` gives)."""
     call: dict[str, Any] = {}
     for name, declared in arguments.arguments.items():
         if not isinstance(declared, Arg):
-            call[name] = plain.get(name, sizes.get(name, 1.0 if declared is float else False if declared is bool
-                                                     else declared.start if type(declared) is range else None))
+            call[name] = sizes.get(name, 1.0 if declared is float else False if declared is bool
+                                   else declared.start if type(declared) is range else None)
             if call[name] is None:
                 raise NoCallFor(f"the int argument {name} is no size a key field or selector reads")
             continue
